@@ -1,0 +1,33 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both create .venv on first use.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint bench bench-compare clean
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev,spark]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/txmq demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy src
+	$(VENV)/bin/pytest -q
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -q -m slow
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/run_all.py
+
+bench-compare: $(STAMP)
+	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/python benchmarks/compare.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""txmq: a transactional message broker speaking the RocketMQ 5 gRPC protocol."""

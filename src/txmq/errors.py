@@ -1,0 +1,327 @@
+"""The error tree of txmq.
+
+Owns: every exception type the project raises on purpose. Must not import anything else from
+txmq, so every layer can raise these.
+
+Rules (see ../docs/ARCHITECTURE.md): one root, ``TxmqError``. Operating errors (bad input, a full
+disk, a corrupt record, a peer that breaks the protocol) are exceptions from this tree, each carrying
+its data as attributes. Programmer errors are ``AssertionError`` via ``invariant()``. Each error
+maps to exactly one RocketMQ wire status code (``code``) and says whether retrying can help
+(``retriable``), the way aiokafka's error classes do.
+"""
+
+from __future__ import annotations
+
+# RocketMQ v2 status codes (apache/rocketmq-apis definition.proto, enum Code). Only the ones we
+# use are named; the protocol layer maps any TxmqError to its ``code``.
+CODE_OK = 20000
+CODE_MULTIPLE_RESULTS = 30000
+CODE_BAD_REQUEST = 40000
+CODE_ILLEGAL_ACCESS_POINT = 40001
+CODE_ILLEGAL_TOPIC = 40002
+CODE_ILLEGAL_CONSUMER_GROUP = 40003
+CODE_ILLEGAL_MESSAGE_TAG = 40004
+CODE_ILLEGAL_MESSAGE_KEY = 40005
+CODE_ILLEGAL_MESSAGE_GROUP = 40006
+CODE_ILLEGAL_MESSAGE_PROPERTY_KEY = 40007
+CODE_INVALID_TRANSACTION_ID = 40008
+CODE_ILLEGAL_MESSAGE_ID = 40009
+CODE_ILLEGAL_FILTER_EXPRESSION = 40010
+CODE_ILLEGAL_INVISIBLE_TIME = 40011
+CODE_ILLEGAL_DELIVERY_TIME = 40012
+CODE_INVALID_RECEIPT_HANDLE = 40013
+CODE_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = 40014
+CODE_UNRECOGNIZED_CLIENT_TYPE = 40015
+CODE_MESSAGE_CORRUPTED = 40016
+CODE_CLIENT_ID_REQUIRED = 40017
+CODE_ILLEGAL_POLLING_TIME = 40018
+CODE_ILLEGAL_OFFSET = 40019
+CODE_UNAUTHORIZED = 40100
+CODE_FORBIDDEN = 40300
+CODE_NOT_FOUND = 40400
+CODE_MESSAGE_NOT_FOUND = 40401
+CODE_TOPIC_NOT_FOUND = 40402
+CODE_CONSUMER_GROUP_NOT_FOUND = 40403
+CODE_OFFSET_NOT_FOUND = 40404
+CODE_PAYLOAD_TOO_LARGE = 41300
+CODE_MESSAGE_BODY_TOO_LARGE = 41301
+CODE_PRECONDITION_FAILED = 42800
+CODE_TOO_MANY_REQUESTS = 42900
+CODE_REQUEST_HEADER_FIELDS_TOO_LARGE = 43100
+CODE_MESSAGE_PROPERTIES_TOO_LARGE = 43101
+CODE_INTERNAL_ERROR = 50000
+CODE_INTERNAL_SERVER_ERROR = 50001
+CODE_HA_NOT_AVAILABLE = 50002
+CODE_PROXY_TIMEOUT = 50400
+CODE_MASTER_PERSISTENCE_TIMEOUT = 50401
+CODE_SLAVE_PERSISTENCE_TIMEOUT = 50402
+CODE_UNSUPPORTED = 50100
+CODE_VERSION_UNSUPPORTED = 50101
+CODE_VERIFY_FIFO_MESSAGE_UNSUPPORTED = 50102
+CODE_FAILED_TO_CONSUME_MESSAGE = 60000
+
+
+def invariant(condition: bool, message: str) -> None:
+    """Check a programmer invariant even under ``python -O``.
+
+    ``assert`` disappears with ``-O``; storage invariants must not. A failure here means the code
+    is wrong, and the only safe reaction is to stop (TigerStyle): callers never catch it.
+    """
+    if not condition:
+        raise AssertionError(message)
+
+
+class TxmqError(Exception):
+    """Root of every error txmq raises on purpose."""
+
+    code: int = CODE_INTERNAL_ERROR
+    retriable: bool = False
+
+
+# --- Input errors: the caller sent something we refuse. Nothing was stored. ----------------------
+
+
+class BadRequestError(TxmqError):
+    """A request is malformed or names something illegal."""
+
+    code = CODE_BAD_REQUEST
+
+
+class IllegalTopicError(BadRequestError):
+    code = CODE_ILLEGAL_TOPIC
+
+
+class IllegalConsumerGroupError(BadRequestError):
+    code = CODE_ILLEGAL_CONSUMER_GROUP
+
+
+class IllegalTagError(BadRequestError):
+    code = CODE_ILLEGAL_MESSAGE_TAG
+
+
+class IllegalKeyError(BadRequestError):
+    code = CODE_ILLEGAL_MESSAGE_KEY
+
+
+class IllegalMessageGroupError(BadRequestError):
+    code = CODE_ILLEGAL_MESSAGE_GROUP
+
+
+class IllegalPropertyError(BadRequestError):
+    code = CODE_ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+class IllegalMessageIdError(BadRequestError):
+    code = CODE_ILLEGAL_MESSAGE_ID
+
+
+class IllegalFilterExpressionError(BadRequestError):
+    code = CODE_ILLEGAL_FILTER_EXPRESSION
+
+
+class IllegalInvisibleTimeError(BadRequestError):
+    code = CODE_ILLEGAL_INVISIBLE_TIME
+
+
+class IllegalDeliveryTimeError(BadRequestError):
+    code = CODE_ILLEGAL_DELIVERY_TIME
+
+
+class IllegalOffsetError(BadRequestError):
+    code = CODE_ILLEGAL_OFFSET
+
+
+class InvalidReceiptHandleError(BadRequestError):
+    code = CODE_INVALID_RECEIPT_HANDLE
+
+
+class MessageTypeConflictError(BadRequestError):
+    """The message's properties do not fit its topic's or its own declared type."""
+
+    code = CODE_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+class ClientIdRequiredError(BadRequestError):
+    code = CODE_CLIENT_ID_REQUIRED
+
+
+class MessageBodyTooLargeError(TxmqError):
+    """A message body exceeds the configured maximum."""
+
+    code = CODE_MESSAGE_BODY_TOO_LARGE
+
+    def __init__(self, size: int, size_max: int) -> None:
+        super().__init__(f"message body is {size} bytes; the maximum is {size_max} bytes")
+        self.size = size
+        self.size_max = size_max
+
+
+class MessagePropertiesTooLargeError(TxmqError):
+    code = CODE_MESSAGE_PROPERTIES_TOO_LARGE
+
+    def __init__(self, size: int, size_max: int) -> None:
+        super().__init__(f"message properties are {size} bytes; the maximum is {size_max} bytes")
+        self.size = size
+        self.size_max = size_max
+
+
+# --- Not found. -------------------------------------------------------------------------------
+
+
+class NotFoundError(TxmqError):
+    code = CODE_NOT_FOUND
+
+
+class TopicNotFoundError(NotFoundError):
+    code = CODE_TOPIC_NOT_FOUND
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist")
+        self.topic = topic
+
+
+class ConsumerGroupNotFoundError(NotFoundError):
+    code = CODE_CONSUMER_GROUP_NOT_FOUND
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"consumer group {group!r} does not exist")
+        self.group = group
+
+
+class MessageNotFoundError(NotFoundError):
+    code = CODE_MESSAGE_NOT_FOUND
+
+
+class OffsetNotFoundError(NotFoundError):
+    code = CODE_OFFSET_NOT_FOUND
+
+
+# --- Transactions. ------------------------------------------------------------------------------
+
+
+class TransactionError(TxmqError):
+    """Root of transaction errors."""
+
+
+class InvalidTransactionIdError(TransactionError):
+    """The transaction id is malformed, unknown, or its record has expired."""
+
+    code = CODE_INVALID_TRANSACTION_ID
+
+    def __init__(self, transaction_id: str, reason: str) -> None:
+        super().__init__(f"transaction {transaction_id!r}: {reason}")
+        self.transaction_id = transaction_id
+        self.reason = reason
+
+
+class TransactionConflictError(TransactionError):
+    """A decision contradicts the transaction's final outcome (commit after rollback, ...)."""
+
+    code = CODE_PRECONDITION_FAILED
+
+    def __init__(self, transaction_id: str, existing: str, requested: str) -> None:
+        super().__init__(
+            f"transaction {transaction_id!r} is already {existing}; {requested} refused"
+        )
+        self.transaction_id = transaction_id
+        self.existing = existing
+        self.requested = requested
+
+
+# --- Storage. ----------------------------------------------------------------------------------
+
+
+class StoreError(TxmqError):
+    """Root of storage errors."""
+
+    code = CODE_INTERNAL_SERVER_ERROR
+
+
+class CorruptRecordError(StoreError):
+    """A record failed its checks on read or during recovery.
+
+    Raised with the physical offset so an operator can find it; a corrupt record in the middle of
+    the log is reported, never skipped.
+    """
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record at commit-log offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+class StoreFencedError(StoreError):
+    """The store refuses writes after a failed fsync; only a restart with recovery clears it.
+
+    Why: after fsync fails, the kernel may have dropped the dirty pages, so retrying fsync can
+    report success for data that is gone (PostgreSQL "fsyncgate", 2018).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"store refuses writes until restarted: {reason}")
+        self.reason = reason
+
+
+class DiskFullError(StoreError):
+    """Disk usage is above the watermark; writes are refused until space is freed."""
+
+    retriable = True
+
+    def __init__(self, used_ratio: float, watermark: float) -> None:
+        super().__init__(
+            f"disk usage {used_ratio:.1%} is above the write watermark {watermark:.0%}"
+        )
+        self.used_ratio = used_ratio
+        self.watermark = watermark
+
+
+class StoreClosedError(StoreError):
+    def __init__(self) -> None:
+        super().__init__("store is closed")
+
+
+# --- Flow control and server state. -------------------------------------------------------------
+
+
+class TooManyRequestsError(TxmqError):
+    code = CODE_TOO_MANY_REQUESTS
+    retriable = True
+
+
+class UnsupportedError(TxmqError):
+    code = CODE_UNSUPPORTED
+
+
+class ConfigError(TxmqError):
+    """A configuration file, environment variable or flag has an invalid value."""
+
+    code = CODE_BAD_REQUEST
+
+
+# --- Protocol peers (h11 style: Local vs Remote). ------------------------------------------------
+
+
+class ProtocolError(TxmqError):
+    """Abstract: a protocol rule was broken."""
+
+    code = CODE_BAD_REQUEST
+
+
+class LocalProtocolError(ProtocolError):
+    """We were about to break the protocol (a bug or a bad local argument)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol; raised at the one entry point where peer data comes in."""
+
+
+class BrokerUnavailableError(TxmqError):
+    """A client-side command could not reach the broker."""
+
+    code = CODE_INTERNAL_ERROR
+    retriable = True
+
+    def __init__(self, endpoints: str, reason: str) -> None:
+        super().__init__(f"broker at {endpoints} is unreachable: {reason}")
+        self.endpoints = endpoints
+        self.reason = reason

@@ -1,0 +1,96 @@
+"""Every bound in txmq, with the reason for its value.
+
+Owns: constants only. TigerStyle: "put a limit on everything". Relationships between limits are
+checked at import time, so an inconsistent edit fails at once rather than under load.
+Configurable values (StoreConfig, BrokerConfig) default to these and are validated against the
+hard maxima here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
+GiB: Final = 1024 * MiB
+
+# --- Records and messages. ------------------------------------------------------------------------
+# RocketMQ's default maximum message body is 4 MiB; we match it so clients behave the same.
+BODY_SIZE_MAX_DEFAULT: Final = 4 * MiB
+# Hard ceiling for a configured body maximum: a record must fit a segment with room to spare.
+BODY_SIZE_MAX_LIMIT: Final = 64 * MiB
+# Properties (keys, tag, user properties) are metadata, not payload; 32 KiB is RocketMQ's bound
+# on the properties block (it stores the length in a 2-byte short).
+PROPERTIES_SIZE_MAX: Final = 32 * KiB - 1
+TOPIC_NAME_LENGTH_MAX: Final = 127
+GROUP_NAME_LENGTH_MAX: Final = 255
+TAG_LENGTH_MAX: Final = 255
+KEY_LENGTH_MAX: Final = 255
+KEYS_PER_MESSAGE_MAX: Final = 32
+MESSAGE_ID_LENGTH_MAX: Final = 128
+BORN_HOST_LENGTH_MAX: Final = 255
+QUEUES_PER_TOPIC_MAX: Final = 256
+
+# --- Commit log. ----------------------------------------------------------------------------------
+SEGMENT_SIZE_DEFAULT: Final = 1 * GiB
+# Tests use small segments; below 64 KiB a default-sized record could not fit with its header.
+SEGMENT_SIZE_MIN: Final = 64 * KiB
+SEGMENT_SIZE_MAX: Final = 4 * GiB
+# Fixed per-record header bytes are counted in store/record.py; this bounds one encoded record.
+RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
+# ASYNC flush mode: how long an acknowledged write may stay only in the page cache.
+FLUSH_INTERVAL_MS_DEFAULT: Final = 500
+# Group commit: most writers one fsync may cover before the flusher starts another. Bounded so
+# one fsync's latency stays bounded too.
+GROUP_COMMIT_WRITERS_MAX: Final = 4096
+# Retention: whole segments older than this are deleted (RocketMQ's default is 72 h).
+RETENTION_MS_DEFAULT: Final = 72 * 3600 * 1000
+# Writes are refused above this share of disk used instead of filling the disk.
+DISK_WATERMARK_DEFAULT: Final = 0.90
+
+# --- Consume queues and index. --------------------------------------------------------------------
+# 8-byte commit-log offset + 4-byte size + 8-byte tag hash, as RocketMQ's CQ_STORE_UNIT_SIZE.
+CONSUME_QUEUE_ENTRY_SIZE: Final = 20
+CONSUME_QUEUE_ENTRIES_PER_FILE: Final = 300_000
+READ_BATCH_MAX: Final = 1024
+# Scans for a tag filter stop after this many entries so one read cannot walk a whole queue.
+READ_SCAN_ENTRIES_MAX: Final = 32 * READ_BATCH_MAX
+FIND_BY_KEY_RESULTS_MAX: Final = 64
+
+# --- Transactions. --------------------------------------------------------------------------------
+# RocketMQ defaults (BrokerConfig): transactionTimeOut 6000 ms, transactionCheckInterval 30000 ms,
+# transactionCheckMax 15.
+TRANSACTION_TIMEOUT_MS_DEFAULT: Final = 6_000
+TRANSACTION_CHECK_INTERVAL_MS_DEFAULT: Final = 30_000
+TRANSACTION_CHECK_MAX_DEFAULT: Final = 15
+# Backoff between checks grows to at most this.
+TRANSACTION_CHECK_INTERVAL_MS_MAX: Final = 10 * 60_000
+# A tick sends at most this many check-backs, so a backlog never becomes a check storm.
+TRANSACTION_CHECKS_PER_TICK_MAX: Final = 256
+TRANSACTIONS_PENDING_MAX: Final = 1_000_000
+# Decided outcomes are kept this long so a repeated decision returns the first outcome.
+TRANSACTION_OUTCOME_RETENTION_MS: Final = 24 * 3600 * 1000
+TRANSACTION_OUTCOMES_MAX: Final = 1_000_000
+
+# --- Consumers. -----------------------------------------------------------------------------------
+# RocketMQ: 16 reconsume attempts, then %DLQ%group.
+DELIVERY_ATTEMPTS_MAX_DEFAULT: Final = 16
+INVISIBLE_DURATION_MS_MIN: Final = 1_000
+INVISIBLE_DURATION_MS_MAX: Final = 12 * 3600 * 1000
+LONG_POLLING_TIMEOUT_MS_MAX: Final = 30_000
+RECEIVE_BATCH_MAX: Final = 32
+INFLIGHT_PER_GROUP_QUEUE_MAX: Final = 10_000
+
+# --- Network. -------------------------------------------------------------------------------------
+GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB
+CLIENTS_MAX: Final = 10_000
+
+# Import-time checks on relationships between limits.
+assert SEGMENT_SIZE_MIN <= SEGMENT_SIZE_DEFAULT <= SEGMENT_SIZE_MAX
+assert BODY_SIZE_MAX_DEFAULT <= BODY_SIZE_MAX_LIMIT < RECORD_SIZE_MAX
+assert TRANSACTION_TIMEOUT_MS_DEFAULT < TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
+assert TRANSACTION_CHECK_INTERVAL_MS_DEFAULT <= TRANSACTION_CHECK_INTERVAL_MS_MAX
+assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
+assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
+assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0
+assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT

@@ -1,0 +1,167 @@
+"""Value types shared by every layer.
+
+Owns: frozen dataclasses and enums that describe messages and records. No I/O, no clock, no
+imports from other txmq modules except errors and limits.
+
+Vocabulary (house rule: one meaning per verb): a *draft* is what a writer hands the store; a
+*record* is what the commit log holds, with the offsets the store assigned. "Commit" is used only
+for transactions.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+# System topics. Names match RocketMQ's so operators recognise them.
+HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DEAD_TRANSACTION_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
+DELAY_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+DLQ_PREFIX: Final = "%DLQ%"
+RETRY_PREFIX: Final = "%RETRY%"
+SYSTEM_TOPIC_PREFIXES: Final = ("RMQ_SYS_", "TRANS_CHECK_", "SCHEDULE_TOPIC", "%")
+
+# Property names carried inside a record's properties. The half message keeps its real
+# destination here because its stored topic is HALF_TOPIC.
+PROP_REAL_TOPIC: Final = "REAL_TOPIC"
+PROP_REAL_QUEUE_ID: Final = "REAL_QID"
+PROP_TRANSACTION_ID: Final = "TRAN_MSG_ID"  # not a typo: RocketMQ's name for it
+PROP_PRODUCER_GROUP: Final = "PGROUP"
+PROP_CHECK_IMMUNITY_MS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROP_MESSAGE_GROUP: Final = "__SHARDINGKEY"
+PROP_DELIVERY_TIMESTAMP_MS: Final = "TIMER_DELIVER_MS"
+PROP_MESSAGE_TYPE: Final = "TXMQ_MESSAGE_TYPE"
+PROP_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+PROP_DELIVERY_ATTEMPT: Final = "TXMQ_DELIVERY_ATTEMPT"
+
+
+def is_system_topic(topic: str) -> bool:
+    """True for topics txmq owns; users may not create or send to them."""
+    return topic.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
+class TxnFlag(enum.IntEnum):
+    """The transaction type stored in every record's flags field.
+
+    Only NORMAL and COMMIT records enter a real topic's consume queue. PREPARED (half) records
+    and ROLLBACK (op) records never do.
+    """
+
+    NORMAL = 0
+    PREPARED = 1
+    COMMIT = 2
+    ROLLBACK = 3
+
+
+class MessageType(enum.Enum):
+    NORMAL = "normal"
+    FIFO = "fifo"
+    DELAY = "delay"
+    TRANSACTION = "transaction"
+
+
+class FlushMode(enum.Enum):
+    """SYNC: a write is acknowledged only after an fsync covers it (the default).
+
+    ASYNC: a write is acknowledged once in the page cache; a flusher fsyncs every interval.
+    """
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+class Outcome(enum.Enum):
+    """A transaction's final outcome."""
+
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+
+
+class DecisionSource(enum.Enum):
+    """Who decided a transaction; counted in metrics."""
+
+    PRODUCER = "producer"
+    CHECK_BACK = "check_back"
+    MAX_CHECKS = "max_checks"
+    OPERATOR = "operator"
+
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDraft:
+    """What a writer hands the store: everything but the offsets and store time.
+
+    The store assigns queue_offset, physical_offset and store_timestamp_ms.
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    flag: TxnFlag = TxnFlag.NORMAL
+    message_id: str = ""
+    tag: str = ""
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    reconsume_times: int = 0
+    # For COMMIT/ROLLBACK records: the physical offset of the half record they decide.
+    prepared_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record as stored in the commit log, with its assigned positions."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    flag: TxnFlag
+    store_timestamp_ms: int
+    born_timestamp_ms: int
+    born_host: str
+    reconsume_times: int
+    prepared_offset: int
+    message_id: str
+    tag: str
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    body: bytes
+
+    @property
+    def next_physical_offset(self) -> int:
+        return self.physical_offset + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where the store put a record. Returned only once the record is as durable as the flush
+    mode promises."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp_ms: int
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """The answer to a consume-queue read.
+
+    next_offset is where the next read should start; it moves past entries skipped by a tag
+    filter, so a filtered reader still makes progress.
+    """
+
+    records: tuple[Record, ...]
+    next_offset: int
+    min_offset: int
+    max_offset: int
