@@ -1,0 +1,66 @@
+"""Broker configuration: one frozen value, validated on construction.
+
+Owns: the BrokerConfig dataclass and its validation. Loading from a TOML file, ``TXMQ_*``
+environment variables and flags lives in the CLI (txmq.cli.config), which builds this value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from txmq import limits
+from txmq.errors import ConfigError
+from txmq.store.config import StoreConfig
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    # 0 picks a free port; the server prints and returns the one it bound.
+    port: int = 8081
+    # The endpoint QueryRoute advertises; defaults to host:bound-port.
+    advertised_host: str = ""
+    metrics_port: int | None = None
+    auto_create_topics: bool = True
+    default_queue_count: int = 4
+    store: StoreConfig = field(default_factory=StoreConfig)
+    # Transactions (RocketMQ defaults: 6 s, 30 s, 15).
+    transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS_DEFAULT
+    transaction_check_interval_ms: int = limits.TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
+    transaction_check_max: int = limits.TRANSACTION_CHECK_MAX_DEFAULT
+    # Consumers.
+    delivery_attempts_max: int = limits.DELIVERY_ATTEMPTS_MAX_DEFAULT
+    # First redelivery backoff; doubles per attempt up to retry_backoff_max_ms.
+    retry_backoff_initial_ms: int = 1_000
+    retry_backoff_max_ms: int = 60_000
+    long_polling_timeout_ms: int = limits.LONG_POLLING_TIMEOUT_MS_MAX
+    # How often background loops (check-back, redelivery, delay) wake up.
+    tick_ms: int = 200
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0..65535, got {self.port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be 0..65535, got {self.metrics_port}")
+        if not 1 <= self.default_queue_count <= limits.QUEUES_PER_TOPIC_MAX:
+            raise ConfigError(
+                f"default_queue_count must be 1..{limits.QUEUES_PER_TOPIC_MAX}, "
+                f"got {self.default_queue_count}"
+            )
+        if self.transaction_timeout_ms < 0:
+            raise ConfigError("transaction_timeout_ms must be >= 0")
+        if not 100 <= self.transaction_check_interval_ms <= limits.TRANSACTION_CHECK_INTERVAL_MS_MAX:
+            raise ConfigError(
+                "transaction_check_interval_ms must be between 100 and "
+                f"{limits.TRANSACTION_CHECK_INTERVAL_MS_MAX}"
+            )
+        if not 1 <= self.transaction_check_max <= 1000:
+            raise ConfigError("transaction_check_max must be 1..1000")
+        if not 1 <= self.delivery_attempts_max <= 1000:
+            raise ConfigError("delivery_attempts_max must be 1..1000")
+        if not 0 < self.retry_backoff_initial_ms <= self.retry_backoff_max_ms:
+            raise ConfigError("need 0 < retry_backoff_initial_ms <= retry_backoff_max_ms")
+        if not 10 <= self.tick_ms <= 10_000:
+            raise ConfigError("tick_ms must be 10..10000")
