@@ -51,7 +51,8 @@ class BrokerConfig:
             )
         if self.transaction_timeout_ms < 0:
             raise ConfigError("transaction_timeout_ms must be >= 0")
-        if not 100 <= self.transaction_check_interval_ms <= limits.TRANSACTION_CHECK_INTERVAL_MS_MAX:
+        interval_max = limits.TRANSACTION_CHECK_INTERVAL_MS_MAX
+        if not 100 <= self.transaction_check_interval_ms <= interval_max:
             raise ConfigError(
                 "transaction_check_interval_ms must be between 100 and "
                 f"{limits.TRANSACTION_CHECK_INTERVAL_MS_MAX}"
