@@ -6,8 +6,8 @@ txmq, so every layer can raise these.
 Rules (see ../docs/ARCHITECTURE.md): one root, ``TxmqError``. Operating errors (bad input, a full
 disk, a corrupt record, a peer that breaks the protocol) are exceptions from this tree, each
 carrying its data as attributes. Programmer errors are ``AssertionError`` via ``invariant()``.
-Each error maps to exactly one RocketMQ wire status code (``code``) and says whether retrying can help
-(``retriable``), the way aiokafka's error classes do.
+Each error maps to exactly one RocketMQ wire status code (``code``) and says whether retrying
+can help (``retriable``), the way aiokafka's error classes do.
 """
 
 from __future__ import annotations
