@@ -1,0 +1,182 @@
+"""The disk interface: every file operation the store performs goes through a ``Disk``.
+
+Owns: ``Disk`` (the protocol), ``OsDisk`` (real files, real fdatasync) and ``FaultyDisk`` (a
+wrapper with seeded faults for tests: failing fsync, torn writes on a simulated crash). The store
+never calls ``open``/``os.*`` on data files directly, so faults can be injected deterministically.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class FileHandle(Protocol):
+    def pwrite(self, data: bytes, offset: int) -> None: ...
+    def pread(self, size: int, offset: int) -> bytes: ...
+    def sync(self) -> None: ...
+    def truncate(self, size: int) -> None: ...
+    def size(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class Disk(Protocol):
+    def open(self, path: Path) -> FileHandle: ...
+    def list(self, directory: Path) -> list[str]: ...
+    def remove(self, path: Path) -> None: ...
+    def exists(self, path: Path) -> bool: ...
+    def write_atomic(self, path: Path, data: bytes) -> None: ...
+    def read_all(self, path: Path) -> bytes: ...
+    def used_ratio(self, directory: Path) -> float: ...
+
+
+class OsFile:
+    """A real file opened read/write, created if missing."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def pwrite(self, data: bytes, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            # os.pwrite may write less than asked; loop so a record is never silently short.
+            written = os.pwrite(self._fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self._fd, size, offset)
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class OsDisk:
+    """Real files. ``write_atomic`` is write-temp, fsync, rename, fsync directory."""
+
+    def open(self, path: Path) -> FileHandle:
+        return OsFile(path)
+
+    def list(self, directory: Path) -> list[str]:
+        if not directory.exists():
+            return []
+        return sorted(os.listdir(directory))
+
+    def remove(self, path: Path) -> None:
+        path.unlink()
+
+    def exists(self, path: Path) -> bool:
+        return path.exists()
+
+    def write_atomic(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        sync_directory(path.parent)
+
+    def read_all(self, path: Path) -> bytes:
+        return path.read_bytes()
+
+    def used_ratio(self, directory: Path) -> float:
+        st = os.statvfs(directory)
+        total = st.f_blocks * st.f_frsize
+        free = st.f_bavail * st.f_frsize
+        return 0.0 if total == 0 else 1.0 - free / total
+
+
+def sync_directory(directory: Path) -> None:
+    """fsync a directory so a new or renamed entry survives power loss."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Faults:
+    """Seeded fault plan for ``FaultyDisk``.
+
+    fsync_error_after: the n-th sync call (0-based) raises OSError(EIO), as a failing disk would.
+    used_ratio: reported disk usage, to exercise the watermark.
+    """
+
+    seed: int = 0
+    fsync_error_after: int | None = None
+    used_ratio: float = 0.0
+    rng: random.Random = field(init=False)
+    syncs: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+
+class FaultyFile:
+    def __init__(self, inner: FileHandle, faults: Faults) -> None:
+        self._inner = inner
+        self._faults = faults
+
+    def pwrite(self, data: bytes, offset: int) -> None:
+        self._inner.pwrite(data, offset)
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._inner.pread(size, offset)
+
+    def sync(self) -> None:
+        n = self._faults.syncs
+        self._faults.syncs += 1
+        after = self._faults.fsync_error_after
+        if after is not None and n >= after:
+            raise OSError(5, "injected fsync failure (EIO)")
+        self._inner.sync()
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class FaultyDisk(OsDisk):
+    """Real files with injected faults; see ``Faults``."""
+
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+
+    def open(self, path: Path) -> FileHandle:
+        return FaultyFile(super().open(path), self.faults)
+
+    def used_ratio(self, directory: Path) -> float:
+        return self.faults.used_ratio
+
+
+def tear_tail(path: Path, *, keep_bytes: int, seed: int) -> None:
+    """Simulate a torn write: keep ``keep_bytes`` and overwrite the rest with seeded garbage
+    up to the original length (what a crash mid-write can leave on disk)."""
+    data = path.read_bytes()
+    rng = random.Random(seed)
+    garbage = bytes(rng.getrandbits(8) for _ in range(len(data) - keep_bytes))
+    path.write_bytes(data[:keep_bytes] + garbage)
