@@ -165,3 +165,9 @@ class QueueRead:
     next_offset: int
     min_offset: int
     max_offset: int
+
+# Added for the transaction layer.
+PROP_CLIENT_ID: Final = "TXMQ_CLIENT_ID"
+PROP_DECISION_SOURCE: Final = "TXMQ_DECISION_SOURCE"
+PROP_CHECK_NUMBER: Final = "TXMQ_CHECK_NUMBER"
+PROP_HALF_OFFSET: Final = "TXMQ_HALF_OFFSET"
