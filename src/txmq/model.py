@@ -166,6 +166,7 @@ class QueueRead:
     min_offset: int
     max_offset: int
 
+
 # Added for the transaction layer.
 PROP_CLIENT_ID: Final = "TXMQ_CLIENT_ID"
 PROP_DECISION_SOURCE: Final = "TXMQ_DECISION_SOURCE"

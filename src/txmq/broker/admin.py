@@ -1,0 +1,155 @@
+"""The admin channel: a small gRPC service of our own, ``txmq.admin.v1.Admin``, with JSON bodies.
+
+Why: the RocketMQ v2 protocol has no RPCs for topic management, transaction listing or message
+lookup, which the ``txmq`` CLI needs. Generic handlers with JSON keep it free of generated code.
+Each method takes a JSON object and returns ``{"ok": true, ...}`` or
+``{"ok": false, "code": int, "error": str}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from txmq.broker.parts import Parts
+from txmq.errors import BadRequestError, MessageNotFoundError, TxmqError
+from txmq.model import MessageType, Record
+
+SERVICE = "txmq.admin.v1.Admin"
+
+
+def record_json(rec: Record) -> dict[str, Any]:
+    return {
+        "topic": rec.topic,
+        "queue_id": rec.queue_id,
+        "queue_offset": rec.queue_offset,
+        "physical_offset": rec.physical_offset,
+        "flag": rec.flag.name,
+        "message_id": rec.message_id,
+        "tag": rec.tag,
+        "keys": list(rec.keys),
+        "properties": dict(rec.properties),
+        "born_timestamp_ms": rec.born_timestamp_ms,
+        "store_timestamp_ms": rec.store_timestamp_ms,
+        "body": rec.body.decode("utf-8", "replace"),
+        "size": rec.size,
+    }
+
+
+def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    def topic_list(_: dict[str, Any]) -> Any:
+        out = []
+        for t in parts.topics.list():
+            counts = [parts.store.queue_offsets(t.name, q) for q in range(t.queue_count)]
+            out.append(
+                {
+                    "name": t.name,
+                    "queues": t.queue_count,
+                    "type": t.message_type.value,
+                    "messages": sum(hi - lo for lo, hi in counts),
+                }
+            )
+        return {"topics": out}
+
+    def topic_create(a: dict[str, Any]) -> Any:
+        t = parts.topics.create(
+            str(a["name"]), int(a.get("queues", 4)), MessageType(a.get("type", "normal"))
+        )
+        return {"name": t.name, "queues": t.queue_count, "type": t.message_type.value}
+
+    def topic_describe(a: dict[str, Any]) -> Any:
+        t = parts.topics.get(str(a["name"]))
+        queues = [
+            {"queue": q, "min": lo, "max": hi}
+            for q in range(t.queue_count)
+            for lo, hi in [parts.store.queue_offsets(t.name, q)]
+        ]
+        return {"name": t.name, "type": t.message_type.value, "queues": queues}
+
+    def topic_delete(a: dict[str, Any]) -> Any:
+        parts.topics.delete(str(a["name"]))
+        return {}
+
+    def group_list(_: dict[str, Any]) -> Any:
+        groups: dict[str, Any] = {}
+        for g, t, q, ack, inflight in parts.deliveries.positions():
+            hi = parts.store.queue_offsets(t, q)[1]
+            e = groups.setdefault(g, {"group": g, "lag": 0, "inflight": 0, "queues": []})
+            e["lag"] += max(0, hi - ack)
+            e["inflight"] += inflight
+            e["queues"].append(
+                {
+                    "topic": t,
+                    "queue": q,
+                    "acked_to": ack,
+                    "max": hi,
+                    "lag": max(0, hi - ack),
+                    "inflight": inflight,
+                }
+            )
+        return {"groups": list(groups.values())}
+
+    def txn_list(a: dict[str, Any]) -> Any:
+        rows = [parts.tx.show(t.transaction_id) for t in parts.tx.pending()]
+        rows += [parts.tx.show(t.transaction_id) for t in parts.tx.dead()]
+        return {"transactions": rows}
+
+    def txn_show(a: dict[str, Any]) -> Any:
+        return parts.tx.show(str(a["id"]))
+
+    def txn_resolve(a: dict[str, Any]) -> Any:
+        action = str(a.get("action", ""))
+        if action not in ("commit", "rollback"):
+            raise BadRequestError("action must be commit or rollback")
+        outcome = parts.tx.resolve(str(a["id"]), commit=action == "commit")
+        return {"outcome": outcome.value}
+
+    def message_show(a: dict[str, Any]) -> Any:
+        rec = parts.store.find_by_message_id(str(a["id"]))
+        if rec is None:
+            raise MessageNotFoundError(f"no message with id {a['id']!r}")
+        return record_json(rec)
+
+    def message_find(a: dict[str, Any]) -> Any:
+        recs = parts.store.find_by_key(str(a["topic"]), str(a["key"]), int(a.get("max", 32)))
+        return {"messages": [record_json(r) for r in recs]}
+
+    return {
+        "TopicList": topic_list,
+        "TopicCreate": topic_create,
+        "TopicDescribe": topic_describe,
+        "TopicDelete": topic_delete,
+        "GroupList": group_list,
+        "TxnList": txn_list,
+        "TxnShow": txn_show,
+        "TxnResolve": txn_resolve,
+        "MessageShow": message_show,
+        "MessageFind": message_find,
+    }
+
+
+def add_admin(server: Any, parts: Parts, service: Any) -> None:
+    handlers = {}
+    for name, fn in _methods(parts, service).items():
+
+        async def call(
+            body: bytes, context: Any, fn: Callable[[dict[str, Any]], Any] = fn
+        ) -> bytes:
+            try:
+                args = json.loads(body or b"{}")
+                if not isinstance(args, dict):
+                    raise BadRequestError("request body must be a JSON object")
+                result = await service.run(fn, args)
+                return json.dumps({"ok": True, **result}).encode()
+            except TxmqError as exc:
+                return json.dumps({"ok": False, "code": exc.code, "error": str(exc)}).encode()
+            except (KeyError, ValueError, TypeError) as exc:
+                return json.dumps(
+                    {"ok": False, "code": 40000, "error": f"bad request: {exc}"}
+                ).encode()
+
+        handlers[name] = grpc.unary_unary_rpc_method_handler(call)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -1,0 +1,38 @@
+"""Prometheus metrics of one broker, in a private registry (so tests can run several brokers)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sends = Counter(
+            "txmq_messages_sent", "Messages accepted by SendMessage", ["type"], registry=r
+        )
+        self.receives = Counter(
+            "txmq_messages_received", "Messages handed to consumers", registry=r
+        )
+        self.acks = Counter("txmq_messages_acked", "Messages acknowledged", registry=r)
+        self.dlq = Counter("txmq_messages_dead_lettered", "Messages moved to a DLQ", registry=r)
+        self.checks = Counter("txmq_transaction_checks", "Check-back commands sent", registry=r)
+        self.outcomes = Counter(
+            "txmq_transaction_outcomes", "Transaction decisions", ["outcome", "source"], registry=r
+        )
+        self.pending = Gauge("txmq_transactions_pending", "Undecided transactions", registry=r)
+        self.oldest_pending = Gauge(
+            "txmq_transaction_oldest_pending_seconds",
+            "Age of the oldest undecided transaction",
+            registry=r,
+        )
+        self.dead = Gauge(
+            "txmq_transactions_dead", "Transactions rolled back at max checks", registry=r
+        )
+        self.append_latency = Histogram(
+            "txmq_store_append_seconds",
+            "Durable append latency",
+            registry=r,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0),
+        )

@@ -1,0 +1,106 @@
+"""Topic registry: names, queue counts and message types, persisted in ``topics.json``.
+
+Owns: creating, auto-creating, listing and deleting topics. Writes are atomic (temp file, fsync,
+rename) so a crash leaves the old or the new registry, never half of one.
+Must not: touch messages; deleting a topic only removes it from routing (its records age out of
+the commit log through retention).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from txmq import limits
+from txmq.errors import BadRequestError, TopicNotFoundError
+from txmq.model import MessageType
+from txmq.protocol.mapping import validate_topic
+from txmq.store.disk import Disk
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    queue_count: int
+    message_type: MessageType
+    # Auto-created topics accept every message type: the first sender should not fix the type
+    # of a topic nobody declared. Topics created with an explicit type enforce it.
+    accepts_all: bool = False
+
+
+class TopicRegistry:
+    def __init__(self, path: Path, disk: Disk, *, auto_create: bool, default_queues: int) -> None:
+        self.path = path
+        self.disk = disk
+        self.auto_create = auto_create
+        self.default_queues = default_queues
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicInfo] = {}
+        if disk.exists(path):
+            for raw in json.loads(disk.read_all(path)):
+                info = TopicInfo(
+                    raw["name"], int(raw["queues"]), MessageType(raw["type"]), raw.get("all", False)
+                )
+                self._topics[info.name] = info
+
+    def _save(self) -> None:
+        data = [
+            {
+                "name": t.name,
+                "queues": t.queue_count,
+                "type": t.message_type.value,
+                "all": t.accepts_all,
+            }
+            for t in self._topics.values()
+        ]
+        self.disk.write_atomic(self.path, json.dumps(data, indent=1).encode())
+
+    def get(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise TopicNotFoundError(name)
+        return info
+
+    def ensure(self, name: str, message_type: MessageType = MessageType.NORMAL) -> TopicInfo:
+        """Return the topic, creating it when auto-create is on (with the sender's type)."""
+        info = self._topics.get(name)
+        if info is not None:
+            return info
+        if not self.auto_create:
+            raise TopicNotFoundError(name)
+        return self.create(name, self.default_queues, message_type, exist_ok=True, accepts_all=True)
+
+    def create(
+        self,
+        name: str,
+        queue_count: int,
+        message_type: MessageType,
+        *,
+        exist_ok: bool = False,
+        accepts_all: bool = False,
+    ) -> TopicInfo:
+        validate_topic(name, allow_system=name.startswith("%DLQ%"))
+        if not 1 <= queue_count <= limits.QUEUES_PER_TOPIC_MAX:
+            raise BadRequestError(f"queue count must be 1..{limits.QUEUES_PER_TOPIC_MAX}")
+        with self._lock:
+            existing = self._topics.get(name)
+            if existing is not None:
+                if exist_ok:
+                    return existing
+                raise BadRequestError(f"topic {name!r} already exists")
+            info = TopicInfo(name, queue_count, message_type, accepts_all)
+            self._topics[name] = info
+            self._save()
+            return info
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            if name not in self._topics:
+                raise TopicNotFoundError(name)
+            del self._topics[name]
+            self._save()
+
+    def list(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda t: t.name)

@@ -1,0 +1,218 @@
+"""Mapping between RocketMQ v2 protobuf messages and txmq model values. Pure: no I/O, no clock.
+
+Owns: protobuf -> RecordDraft (with validation that raises typed errors), Record -> protobuf
+Message, Status construction, Duration/Timestamp helpers. Uses the official client's generated
+stubs (``rocketmq.grpc_protocol``) so both sides agree on every field number.
+Must not: touch the store, sockets or the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from txmq import limits
+from txmq.errors import (
+    CODE_OK,
+    IllegalDeliveryTimeError,
+    IllegalKeyError,
+    IllegalMessageGroupError,
+    IllegalPropertyError,
+    IllegalTagError,
+    IllegalTopicError,
+    MessageTypeConflictError,
+    TxmqError,
+)
+from txmq.model import (
+    PROP_DELIVERY_TIMESTAMP_MS,
+    PROP_MESSAGE_GROUP,
+    MessageType,
+    Record,
+    RecordDraft,
+    is_system_topic,
+)
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_RESERVED_PROPS = frozenset({PROP_MESSAGE_GROUP, PROP_DELIVERY_TIMESTAMP_MS})
+
+WIRE_TYPES: Mapping[MessageType, int] = {
+    MessageType.NORMAL: pb.NORMAL,
+    MessageType.FIFO: pb.FIFO,
+    MessageType.DELAY: pb.DELAY,
+    MessageType.TRANSACTION: pb.TRANSACTION,
+}
+MODEL_TYPES: Mapping[int, MessageType] = {v: k for k, v in WIRE_TYPES.items()}
+
+
+def status(code: int = CODE_OK, message: str = "OK") -> Any:
+    return pb.Status(code=code, message=message)
+
+
+def error_status(exc: TxmqError) -> Any:
+    return pb.Status(code=exc.code, message=str(exc) or type(exc).__name__)
+
+
+def duration_ms(d: Any) -> int:
+    return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
+
+
+def timestamp_ms(ts: Any) -> int:
+    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+
+
+def set_timestamp(ts: Any, ms: int) -> None:
+    ts.seconds, ts.nanos = divmod(ms, 1000)
+    ts.nanos *= 1_000_000
+
+
+def set_duration(d: Any, ms: int) -> None:
+    d.seconds, rem = divmod(ms, 1000)
+    d.nanos = rem * 1_000_000
+
+
+def validate_topic(name: str, *, allow_system: bool = False) -> str:
+    if not name or len(name) > limits.TOPIC_NAME_LENGTH_MAX or not _TOPIC_RE.match(name):
+        raise IllegalTopicError(
+            f"illegal topic name {name!r}: use 1..{limits.TOPIC_NAME_LENGTH_MAX} of "
+            "letters, digits, '_', '-', '%', '|'"
+        )
+    if is_system_topic(name) and not allow_system:
+        raise IllegalTopicError(f"topic {name!r} is reserved for the broker")
+    return name
+
+
+def body_digest(body: bytes) -> str:
+    """The body digest the official clients check: CRC32, 8 upper-case hex digits."""
+    return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
+
+
+def wire_message_type(msg: Any) -> MessageType:
+    sp = msg.system_properties
+    t = MODEL_TYPES.get(int(sp.message_type))
+    if t is not None:
+        return t
+    if sp.message_group:
+        return MessageType.FIFO
+    if sp.HasField("delivery_timestamp"):
+        return MessageType.DELAY
+    return MessageType.NORMAL
+
+
+def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
+    """Validate a wire message and turn it into a draft for ``queue_id``.
+
+    Raises typed input errors (tag, keys, properties, type conflicts); nothing is stored then.
+    """
+    sp = msg.system_properties
+    topic = validate_topic(msg.topic.name)
+    tag = sp.tag
+    if tag and (len(tag) > limits.TAG_LENGTH_MAX or "||" in tag or tag.strip() != tag):
+        raise IllegalTagError(f"illegal tag {tag!r}")
+    keys = tuple(sp.keys)
+    if len(keys) > limits.KEYS_PER_MESSAGE_MAX or any(
+        not k.strip() or len(k) > limits.KEY_LENGTH_MAX for k in keys
+    ):
+        raise IllegalKeyError("each key must be 1..255 non-blank characters, at most 32 keys")
+    props = dict(msg.user_properties)
+    for k in props:
+        if not k or k in _RESERVED_PROPS or k.startswith(("TXMQ_", "REAL_", "TRAN_")):
+            raise IllegalPropertyError(f"illegal or reserved property key {k!r}")
+    mtype = wire_message_type(msg)
+    if sp.message_group:
+        if mtype is not MessageType.FIFO:
+            raise MessageTypeConflictError("message_group is only allowed on FIFO messages")
+        if len(sp.message_group) > limits.KEY_LENGTH_MAX:
+            raise IllegalMessageGroupError("message group longer than 255 characters")
+        props[PROP_MESSAGE_GROUP] = sp.message_group
+    elif mtype is MessageType.FIFO:
+        raise IllegalMessageGroupError("a FIFO message needs a message_group")
+    if sp.HasField("delivery_timestamp"):
+        if mtype is not MessageType.DELAY:
+            raise MessageTypeConflictError("delivery_timestamp is only allowed on DELAY messages")
+        at = timestamp_ms(sp.delivery_timestamp)
+        if at < 0:
+            raise IllegalDeliveryTimeError("delivery timestamp is negative")
+        props[PROP_DELIVERY_TIMESTAMP_MS] = str(at)
+    elif mtype is MessageType.DELAY:
+        raise IllegalDeliveryTimeError("a DELAY message needs a delivery_timestamp")
+    return RecordDraft(
+        topic=topic,
+        queue_id=queue_id,
+        body=bytes(msg.body),
+        message_id=sp.message_id,
+        tag=tag,
+        keys=keys,
+        properties=props,
+        born_timestamp_ms=timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
+        born_host=sp.born_host or born_host,
+    )
+
+
+def message_from_record(
+    rec: Record,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    receipt_handle: str = "",
+    delivery_attempt: int = 0,
+    invisible_ms: int = 0,
+    message_type: MessageType = MessageType.NORMAL,
+    extra_props: Mapping[str, str] | None = None,
+) -> Any:
+    """Build the wire Message a consumer (or a transaction checker) receives."""
+    msg = pb.Message()
+    msg.topic.name = topic or rec.topic
+    user = {k: v for k, v in rec.properties.items() if not _is_internal(k)}
+    if extra_props:
+        user.update(extra_props)
+    for k, v in user.items():
+        msg.user_properties[k] = v
+    sp = msg.system_properties
+    sp.tag = rec.tag
+    sp.keys.extend(rec.keys)
+    sp.message_id = rec.message_id
+    sp.body_digest.type = pb.CRC32
+    sp.body_digest.checksum = body_digest(rec.body)
+    sp.body_encoding = pb.IDENTITY
+    sp.message_type = WIRE_TYPES[message_type]
+    set_timestamp(sp.born_timestamp, rec.born_timestamp_ms or rec.store_timestamp_ms)
+    sp.born_host = rec.born_host
+    set_timestamp(sp.store_timestamp, rec.store_timestamp_ms)
+    sp.store_host = "txmq"
+    sp.queue_id = rec.queue_id if queue_id is None else queue_id
+    sp.queue_offset = rec.queue_offset
+    group = rec.properties.get(PROP_MESSAGE_GROUP)
+    if group:
+        sp.message_group = group
+    deliver_at = rec.properties.get(PROP_DELIVERY_TIMESTAMP_MS)
+    if deliver_at:
+        set_timestamp(sp.delivery_timestamp, int(deliver_at))
+    if receipt_handle:
+        sp.receipt_handle = receipt_handle
+        sp.delivery_attempt = delivery_attempt
+        set_duration(sp.invisible_duration, invisible_ms)
+    msg.body = rec.body
+    return msg
+
+
+def _is_internal(key: str) -> bool:
+    return key in _RESERVED_PROPS or key.startswith(("TXMQ_", "REAL_", "TRAN_", "PGROUP"))
+
+
+def with_queue(d: RecordDraft, queue_id: int) -> RecordDraft:
+    return RecordDraft(
+        topic=d.topic,
+        queue_id=queue_id,
+        body=d.body,
+        flag=d.flag,
+        message_id=d.message_id,
+        tag=d.tag,
+        keys=d.keys,
+        properties=d.properties,
+        born_timestamp_ms=d.born_timestamp_ms,
+        born_host=d.born_host,
+    )
