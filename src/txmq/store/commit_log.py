@@ -201,13 +201,15 @@ class CommitLog:
         data = seg.handle.pread(min(limit - pos, 64 * limits.MiB), pos) if pos < limit else b""
         magic = codec.RECORD_MAGIC.to_bytes(4, "big")
         at = data.find(magic)
-        while at >= 4:
+        while at != -1:
             start = at - 4
-            try:
-                codec.decode(data[start:], seg.start + pos + start)
-                return True
-            except CorruptRecordError:
-                at = data.find(magic, at + 1)
+            if start >= 0:
+                try:
+                    codec.decode(data[start:], seg.start + pos + start)
+                    return True
+                except CorruptRecordError:
+                    pass  # magic bytes inside a body: keep looking
+            at = data.find(magic, at + 1)
         return False
 
     def truncate(self, offset: int) -> None:
