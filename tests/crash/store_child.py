@@ -24,8 +24,9 @@ def main() -> None:
         for i in range(100_000):
             mid = f"r{round_no}-w{n}-{i}"
             body = (mid * 20).encode()[: 200 + (i * 37) % 1500]
-            store.append(RecordDraft(topic="crash", queue_id=n % 3, body=body, message_id=mid,
-                                     keys=(mid,)))
+            store.append(
+                RecordDraft(topic="crash", queue_id=n % 3, body=body, message_id=mid, keys=(mid,))
+            )
             with out_lock:
                 sys.stdout.write(mid + "\n")
                 sys.stdout.flush()

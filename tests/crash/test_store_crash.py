@@ -29,7 +29,9 @@ def _round(data_dir: Path, round_no: int, rng: random.Random) -> list[str]:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     proc = subprocess.Popen(
         [sys.executable, str(CHILD), str(data_dir), str(round_no), str(rng.choice([1, 4, 8]))],
-        stdout=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"

@@ -16,13 +16,19 @@ from txmq.errors import (
     StoreFencedError,
 )
 from txmq.model import RecordDraft, TxnFlag
-from txmq.store.disk import FaultyDisk, Faults, tear_tail
+from txmq.store.disk import Faults, FaultyDisk, tear_tail
 from txmq.store.store import Store
 
 
 def draft(i: int, *, topic: str = "t", q: int = 0, tag: str = "", size: int = 100) -> RecordDraft:
-    return RecordDraft(topic=topic, queue_id=q, body=bytes([i % 256]) * size, tag=tag,
-                       message_id=f"m{i}", keys=(f"k{i}",))
+    return RecordDraft(
+        topic=topic,
+        queue_id=q,
+        body=bytes([i % 256]) * size,
+        tag=tag,
+        message_id=f"m{i}",
+        keys=(f"k{i}",),
+    )
 
 
 def test_append_read_roundtrip(tmp_path: Path, clock: Clock) -> None:
@@ -42,10 +48,24 @@ def test_append_read_roundtrip(tmp_path: Path, clock: Clock) -> None:
 def test_prepared_and_rollback_records_never_enter_a_queue(tmp_path: Path, clock: Clock) -> None:
     s = Store.open(tmp_path, SMALL, now_ms=clock)
     half = s.append(RecordDraft(topic="t", queue_id=0, body=b"h", flag=TxnFlag.PREPARED))
-    s.append(RecordDraft(topic="t", queue_id=0, body=b"r", flag=TxnFlag.ROLLBACK,
-                         prepared_offset=half.physical_offset))
-    s.append(RecordDraft(topic="t", queue_id=0, body=b"c", flag=TxnFlag.COMMIT,
-                         prepared_offset=half.physical_offset))
+    s.append(
+        RecordDraft(
+            topic="t",
+            queue_id=0,
+            body=b"r",
+            flag=TxnFlag.ROLLBACK,
+            prepared_offset=half.physical_offset,
+        )
+    )
+    s.append(
+        RecordDraft(
+            topic="t",
+            queue_id=0,
+            body=b"c",
+            flag=TxnFlag.COMMIT,
+            prepared_offset=half.physical_offset,
+        )
+    )
     assert half.queue_offset == -1
     assert [r.body for r in s.read_queue("t", 0, 0, 10).records] == [b"c"]
     assert len(s.scan(0, 10)) == 3

@@ -27,8 +27,10 @@ def open_tx(path: Path, clock: Clock, **kw: object) -> tuple[Store, Transactions
 
 
 def prep(tx: Transactions, n: int, topic: str = "orders") -> str:
-    tid, _ = tx.prepare(RecordDraft(topic=topic, queue_id=0, body=f"b{n}".encode(),
-                                    message_id=f"m{n}"), producer_group=topic)
+    tid, _ = tx.prepare(
+        RecordDraft(topic=topic, queue_id=0, body=f"b{n}".encode(), message_id=f"m{n}"),
+        producer_group=topic,
+    )
     return tid
 
 
@@ -36,8 +38,9 @@ def delivered(store: Store, topic: str = "orders") -> list[bytes]:
     return [r.body for r in store.read_queue(topic, 0, 0, 100).records]
 
 
-def test_half_is_invisible_until_commit_and_commit_is_exactly_once(tmp_path: Path,
-                                                                   clock: Clock) -> None:
+def test_half_is_invisible_until_commit_and_commit_is_exactly_once(
+    tmp_path: Path, clock: Clock
+) -> None:
     store, tx = open_tx(tmp_path, clock)
     tid = prep(tx, 1)
     assert delivered(store) == []

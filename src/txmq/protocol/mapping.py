@@ -64,6 +64,19 @@ def timestamp_ms(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
+# Seconds beyond this are not a plausible date (year 5138): the value is milliseconds.
+_SECONDS_PLAUSIBLE_MAX = 10**11
+
+
+def delivery_timestamp_ms(ts: Any) -> int:
+    """A delivery timestamp in ms. Compatibility: rocketmq-python-client 5.1.2 puts the
+    millisecond value it documents into ``Timestamp.seconds``; a value too large to be seconds
+    is read as milliseconds, so that client's delay messages work unchanged."""
+    if int(ts.seconds) > _SECONDS_PLAUSIBLE_MAX:
+        return int(ts.seconds)
+    return timestamp_ms(ts)
+
+
 def set_timestamp(ts: Any, ms: int) -> None:
     ts.seconds, ts.nanos = divmod(ms, 1000)
     ts.nanos *= 1_000_000
@@ -133,7 +146,7 @@ def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
     if sp.HasField("delivery_timestamp"):
         if mtype is not MessageType.DELAY:
             raise MessageTypeConflictError("delivery_timestamp is only allowed on DELAY messages")
-        at = timestamp_ms(sp.delivery_timestamp)
+        at = delivery_timestamp_ms(sp.delivery_timestamp)
         if at < 0:
             raise IllegalDeliveryTimeError("delivery timestamp is negative")
         props[PROP_DELIVERY_TIMESTAMP_MS] = str(at)

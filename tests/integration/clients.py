@@ -1,0 +1,77 @@
+"""Thin helpers around the official RocketMQ Python client (unmodified)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+def config(endpoints: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoints, Credentials())
+
+
+def message(
+    topic: str,
+    body: bytes,
+    *,
+    tag: str = "",
+    keys: str = "",
+    group: str = "",
+    deliver_at_ms: int = 0,
+) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body
+    if tag:
+        m.tag = tag
+    if keys:
+        m.keys = keys
+    if group:
+        m.message_group = group
+    if deliver_at_ms:
+        m.delivery_timestamp = deliver_at_ms
+    return m
+
+
+class Checker(TransactionChecker):  # type: ignore[misc]
+    def __init__(self, decide: Callable[[Message], TransactionResolution]) -> None:
+        self.decide = decide
+        self.calls: list[str] = []
+
+    def check(self, message: Message) -> TransactionResolution:
+        self.calls.append(message.message_id)
+        return self.decide(message)
+
+
+def producer(endpoints: str, topics: tuple[str, ...], checker: Checker | None = None) -> Producer:
+    p = Producer(config(endpoints), topics, checker)
+    p.startup()
+    return p
+
+
+def consumer(endpoints: str, group: str, topic: str, expr: str = "*") -> SimpleConsumer:
+    c = SimpleConsumer(config(endpoints), group, {topic: FilterExpression(expr)})
+    c.startup()
+    return c
+
+
+def drain(c: SimpleConsumer, want: int, timeout_s: float, *, ack: bool = True) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for m in c.receive(32, 15):
+            got.append(m)
+            if ack:
+                c.ack(m)
+    return got
