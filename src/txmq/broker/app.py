@@ -87,6 +87,8 @@ class Loops:
 
     async def housekeeping(self) -> None:
         p = self.parts
+        for dead in await self.service.run(p.deliveries.sweep_dead, wall_ms()):
+            await self.service.run(p.dead_letter, dead)
         await self.service.run(p.deliveries.save)
         p.clients.expire(wall_ms())
 

@@ -248,6 +248,25 @@ class Deliveries:
             return None
         return read.records[0]
 
+    def sweep_dead(self, now_ms: int, limit: int = 256) -> list[DeadLetter]:
+        """Expired messages that used their last attempt, even if nobody receives any more:
+        a group whose consumers all left must still dead-letter what they failed on."""
+        dead: list[DeadLetter] = []
+        with self._lock:
+            for (group, topic, qid), c in self._cursors.items():
+                for off, f in list(c.inflight.items()):
+                    if len(dead) >= limit:
+                        return dead
+                    if f.deadline_ms > now_ms or f.attempt < self.attempts_max:
+                        continue
+                    rec = self._read(topic, qid, off)
+                    if rec is None:
+                        c.mark_done(off)
+                        continue
+                    f.deadline_ms = now_ms + 60_000  # hidden while the DLQ copy is written
+                    dead.append(DeadLetter(group, topic, qid, off, rec, f.attempt))
+        return dead
+
     # --- Acks and invisibility. ----------------------------------------------------------------
 
     def _match(self, group: str, text: str) -> tuple[Cursor, Handle, Inflight]:
