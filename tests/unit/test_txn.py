@@ -157,7 +157,7 @@ def test_resolver_decides_without_a_producer(tmp_path: Path, clock: Clock) -> No
 
 
 def test_recovery_rebuilds_pending_with_check_counts(tmp_path: Path, clock: Clock) -> None:
-    store, tx = open_tx(tmp_path, clock)
+    _store, tx = open_tx(tmp_path, clock)
     a, b, c = prep(tx, 1), prep(tx, 2), prep(tx, 3)
     tx.end(a, commit=True, source=P)
     tx.end(b, commit=False, source=P)

@@ -1,9 +1,373 @@
-"""Client-side commands of the ``txmq`` CLI (filled in below)."""
+"""Client-side commands of ``txmq``: topic, send, consume, group, txn, message, store verify.
+
+Exit codes: 0 ok, 1 the operation failed, 2 bad input (usage, unknown topic or id, bad config),
+3 the broker is unreachable. Errors print one line on stderr.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
+from rich.console import Console
+from rich.table import Table
+
+from txmq.cli.admin_client import call
+from txmq.errors import BadRequestError, BrokerUnavailableError, NotFoundError, TxmqError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+endpoints_option = click.option(
+    "--endpoints",
+    envvar="TXMQ_ENDPOINTS",
+    default="127.0.0.1:8081",
+    show_default=True,
+    help="Broker address HOST:PORT (env TXMQ_ENDPOINTS).",
+)
+
+
+def exits(fn: F) -> F:
+    """Turn errors into one stderr line and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BrokerUnavailableError as exc:
+            click.echo(f"txmq: {exc}", err=True)
+            sys.exit(3)
+        except (NotFoundError, BadRequestError) as exc:
+            click.echo(f"txmq: {exc}", err=True)
+            sys.exit(2)
+        except TxmqError as exc:
+            click.echo(f"txmq: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*(str(x) for x in r))
+    console.print(t)
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, describe and delete topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--queues", default=4, show_default=True, type=click.IntRange(1, 256))
+@click.option(
+    "--type",
+    "kind",
+    default="normal",
+    show_default=True,
+    type=click.Choice(["normal", "fifo", "delay", "transaction"]),
+)
+@endpoints_option
+@exits
+def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
+    r = call(endpoints, "TopicCreate", {"name": name, "queues": queues, "type": kind})
+    click.echo(f"created topic {r['name']} ({r['type']}, {r['queues']} queues)")
+
+
+@topic.command("list")
+@endpoints_option
+@exits
+def topic_list(endpoints: str) -> None:
+    r = call(endpoints, "TopicList", {})
+    _table(
+        "topics",
+        ["name", "type", "queues", "messages"],
+        [[t["name"], t["type"], t["queues"], t["messages"]] for t in r["topics"]],
+    )
+
+
+@topic.command("describe")
+@click.argument("name")
+@endpoints_option
+@exits
+def topic_describe(name: str, endpoints: str) -> None:
+    r = call(endpoints, "TopicDescribe", {"name": name})
+    _table(
+        f"{r['name']} ({r['type']})",
+        ["queue", "min offset", "max offset"],
+        [[q["queue"], q["min"], q["max"]] for q in r["queues"]],
+    )
+
+
+@topic.command("delete")
+@click.argument("name")
+@endpoints_option
+@exits
+def topic_delete(name: str, endpoints: str) -> None:
+    call(endpoints, "TopicDelete", {"name": name})
+    click.echo(f"deleted topic {name}")
+
+
+@click.group()
+def group() -> None:
+    """Consumer groups and their lag."""
+
+
+@group.command("list")
+@endpoints_option
+@exits
+def group_list(endpoints: str) -> None:
+    r = call(endpoints, "GroupList", {})
+    _table(
+        "consumer groups",
+        ["group", "lag", "in flight"],
+        [[g["group"], g["lag"], g["inflight"]] for g in r["groups"]],
+    )
+
+
+@group.command("describe")
+@click.argument("name")
+@endpoints_option
+@exits
+def group_describe(name: str, endpoints: str) -> None:
+    r = call(endpoints, "GroupList", {})
+    found = [g for g in r["groups"] if g["group"] == name]
+    if not found:
+        raise NotFoundError(f"consumer group {name!r} has no positions on this broker")
+    _table(
+        f"group {name}",
+        ["topic", "queue", "acked to", "max", "lag", "in flight"],
+        [
+            [q["topic"], q["queue"], q["acked_to"], q["max"], q["lag"], q["inflight"]]
+            for q in found[0]["queues"]
+        ],
+    )
+
+
+@click.group()
+def txn() -> None:
+    """Pending and dead transactions; operator resolution."""
+
+
+@txn.command("list")
+@endpoints_option
+@exits
+def txn_list(endpoints: str) -> None:
+    r = call(endpoints, "TxnList", {})
+    _table(
+        "transactions",
+        ["id", "topic", "state", "checks", "dead"],
+        [
+            [
+                t["transaction_id"],
+                t.get("topic", ""),
+                t.get("state", t.get("outcome", "")),
+                t.get("checks", ""),
+                t.get("dead", False),
+            ]
+            for t in r["transactions"]
+        ],
+    )
+
+
+@txn.command("show")
+@click.argument("transaction_id")
+@endpoints_option
+@exits
+def txn_show(transaction_id: str, endpoints: str) -> None:
+    r = call(endpoints, "TxnShow", {"id": transaction_id})
+    r.pop("ok", None)
+    click.echo(json.dumps(r, indent=2))
+
+
+@txn.command("resolve")
+@click.argument("transaction_id")
+@click.argument("action", type=click.Choice(["commit", "rollback"]))
+@endpoints_option
+@exits
+def txn_resolve(transaction_id: str, action: str, endpoints: str) -> None:
+    r = call(endpoints, "TxnResolve", {"id": transaction_id, "action": action})
+    click.echo(f"transaction {transaction_id} is {r['outcome']}")
+
+
+@click.group()
+def message() -> None:
+    """Look up messages by id or key."""
+
+
+@message.command("show")
+@click.argument("message_id")
+@endpoints_option
+@exits
+def message_show(message_id: str, endpoints: str) -> None:
+    r = call(endpoints, "MessageShow", {"id": message_id})
+    r.pop("ok", None)
+    click.echo(json.dumps(r, indent=2))
+
+
+@message.command("find")
+@click.option("--topic", required=True)
+@click.option("--key", required=True)
+@endpoints_option
+@exits
+def message_find(topic: str, key: str, endpoints: str) -> None:
+    r = call(endpoints, "MessageFind", {"topic": topic, "key": key})
+    _table(
+        f"messages with key {key}",
+        ["message id", "queue", "offset", "tag", "body"],
+        [
+            [m["message_id"], m["queue_id"], m["queue_offset"], m["tag"], m["body"][:40]]
+            for m in r["messages"]
+        ],
+    )
+
+
+def _producer(endpoints: str, topic: str, checker: Any = None) -> Any:
+    from rocketmq import ClientConfiguration, Credentials, Producer
+
+    call(endpoints, "TopicList", {})  # fail fast with exit code 3 if nothing answers
+    p = Producer(ClientConfiguration(endpoints, Credentials()), (topic,), checker)
+    p.startup()
+    return p
+
+
+@click.command()
+@click.argument("topic")
+@click.argument("body")
+@click.option("--tag", default="")
+@click.option("--key", "keys", multiple=True)
+@click.option("--delay-ms", type=int, default=0, help="Deliver this many ms from now.")
+@click.option("--group", "message_group", default="", help="FIFO message group.")
+@click.option("--transactional", is_flag=True, help="Send as a transaction half message.")
+@click.option(
+    "--outcome",
+    type=click.Choice(["commit", "rollback", "none"]),
+    default="commit",
+    show_default=True,
+    help="With --transactional: how to end it (none = leave it).",
+)
+@endpoints_option
+@exits
+def send(
+    topic: str,
+    body: str,
+    tag: str,
+    keys: tuple[str, ...],
+    delay_ms: int,
+    message_group: str,
+    transactional: bool,
+    outcome: str,
+    endpoints: str,
+) -> None:
+    """Send one message with the official RocketMQ client."""
+    from rocketmq import Message
+
+    p = _producer(endpoints, topic)
+    try:
+        m = Message()
+        m.topic = topic
+        m.body = body.encode()
+        if tag:
+            m.tag = tag
+        if keys:
+            m.keys = list(keys)
+        if message_group:
+            m.message_group = message_group
+        if delay_ms:
+            m.delivery_timestamp = int(time.time() * 1000) + delay_ms
+        if transactional:
+            tx = p.begin_transaction()
+            r = p.send(m, tx)
+            if outcome == "commit":
+                tx.commit()
+            elif outcome == "rollback":
+                tx.rollback()
+            click.echo(f"{r.message_id} transaction {outcome}")
+        else:
+            r = p.send(m)
+            click.echo(r.message_id)
+    except TxmqError:
+        raise
+    except Exception as exc:
+        raise TxmqError(f"send failed: {exc}") from exc
+    finally:
+        p.shutdown()
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--group", default="", help="Consumer group (default: a fresh one per run).")
+@click.option("--tag", "expr", default="*", help="Tag expression, e.g. 'A||B'.")
+@click.option("--max", "max_messages", default=10, show_default=True, type=int)
+@click.option("--wait-s", default=5, show_default=True, type=int)
+@endpoints_option
+@exits
+def consume(
+    topic: str, group: str, expr: str, max_messages: int, wait_s: int, endpoints: str
+) -> None:
+    """Receive and ack up to --max messages (SimpleConsumer), printing one JSON line each."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    call(endpoints, "TopicDescribe", {"name": topic})
+    c = SimpleConsumer(
+        ClientConfiguration(endpoints, Credentials()),
+        group or f"txmq-cli-{uuid.uuid4().hex[:8]}",
+        {topic: FilterExpression(expr)},
+    )
+    c.startup()
+    got = 0
+    deadline = time.monotonic() + wait_s
+    try:
+        while got < max_messages and time.monotonic() < deadline:
+            for m in c.receive(min(32, max_messages - got), max(1, wait_s)) or []:
+                click.echo(
+                    json.dumps(
+                        {
+                            "message_id": m.message_id,
+                            "tag": m.tag,
+                            "attempt": m.delivery_attempt,
+                            "body": m.body.decode("utf-8", "replace"),
+                        }
+                    )
+                )
+                c.ack(m)
+                got += 1
+    finally:
+        c.shutdown()
+
+
+@click.group()
+def store() -> None:
+    """Offline tools for a data directory."""
+
+
+@store.command("verify")
+@click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
+@exits
+def store_verify(data_dir: Path) -> None:
+    """Check every record's CRC and that queues and index agree with the log (offline)."""
+    from txmq.cli.verify import verify
+
+    report = verify(data_dir)
+    _table("store verify", ["check", "result"], [[k, v] for k, v in report.items()])
+    if report["problems"]:
+        sys.exit(1)
 
 
 def register(cli: click.Group) -> None:
-    return None
+    for cmd in (topic, group, txn, message, send, consume, store):
+        cli.add_command(cmd)
+    cli.add_command(consume, name="tail")
+    from txmq.cli.demo import demo
+
+    cli.add_command(demo)
