@@ -39,6 +39,7 @@ from txmq.model import (
 from txmq.store.disk import Disk
 from txmq.store.store import Store
 from txmq.txn.coordinator import Resolver, Transactions
+from txmq.txn.ledger import SinkLedger
 
 
 def wall_ms() -> int:
@@ -76,7 +77,7 @@ class Parts:
             check_interval_ms=config.transaction_check_interval_ms,
             check_max=config.transaction_check_max,
             now_ms=wall_ms,
-            resolvers=resolvers or [],
+            resolvers=resolvers if resolvers is not None else [SinkLedger(self.store.find_by_key)],
         )
         self.deliveries = Deliveries(
             self.store, d, self.disk, attempts_max=config.delivery_attempts_max

@@ -28,6 +28,7 @@ from txmq.cli.admin_client import call
 from txmq.errors import NotFoundError
 
 console = Console()
+DLQ = "%DLQ%inventory-service"
 
 
 def _start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
@@ -57,12 +58,17 @@ def _start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, line.strip().rsplit(" ", 1)[1]
 
 
-def _dlq_count(endpoints: str) -> int:
-    try:
-        r = call(endpoints, "TopicDescribe", {"name": "%DLQ%inventory-service"})
-    except NotFoundError:
-        return 0
-    return sum(q["max"] - q["min"] for q in r["queues"])
+def _dead_lettered(endpoints: str, order_ids: set[str]) -> set[str]:
+    """Which of these orders' messages are in the inventory group's dead-letter queue."""
+    found: set[str] = set()
+    for order_id in order_ids:
+        try:
+            r = call(endpoints, "MessageFind", {"topic": DLQ, "key": order_id})
+        except NotFoundError:
+            continue
+        if r["messages"]:
+            found.add(order_id)
+    return found
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -153,7 +159,9 @@ def _wait_settled(endpoints: str, work: Path, *, deadline_s: float) -> bool:
         orders, processed = _counts(work)
         pending = call(endpoints, "TxnList", {})["transactions"]
         undecided = [t for t in pending if not t.get("dead")]
-        if not undecided and len(processed) + _dlq_count(endpoints) >= len(orders):
+        if not undecided and not (
+            orders - processed - _dead_lettered(endpoints, orders - processed)
+        ):
             return True
         time.sleep(0.5)
     return False
@@ -183,9 +191,9 @@ def _report(
     endpoints: str, work: Path, stats: Any, inv: Any, checks: int, spark_rows: int | None
 ) -> tuple[Table, bool]:
     orders, processed = _counts(work)
-    dlq = _dlq_count(endpoints)
+    dead = _dead_lettered(endpoints, orders - processed)
     leaked = processed - orders
-    lost = len(orders) - len(processed & orders) - dlq
+    lost = len(orders - processed - dead)
     latencies = [
         inv.received_at_ms[o] - stats.sent_at_ms[o]
         for o in inv.received_at_ms
@@ -201,7 +209,7 @@ def _report(
         ("check-back calls answered by the order service", checks),
         ("orders in the order database", len(orders)),
         ("orders deducted by the inventory service", len(processed)),
-        ("messages dead-lettered (poison SKU)", dlq),
+        ("messages dead-lettered (poison SKU)", len(dead)),
         ("redeliveries skipped as duplicates", inv.duplicates_skipped),
         ("transient consumer failures (retried)", inv.transient_failures),
         ("deducted but never ordered (leaked)", len(leaked)),

@@ -81,9 +81,10 @@ def place_orders(
     producer = Producer(ClientConfiguration(endpoints, Credentials()), (TOPIC,), checker)
     producer.startup()
     stats = OrderStats()
+    run = f"{int(time.time() * 1000) % 10**9:09d}"  # ids stay unique across runs on one broker
     try:
         for i in range(n):
-            order_id = f"o-{seed}-{i}"
+            order_id = f"o-{run}-{i}"
             sku = POISON_SKU if i % 97 == 13 else rng.choice(SKUS)
             qty = rng.randint(1, 5)
             fate = rng.choices(
