@@ -85,26 +85,29 @@ class _Writer:
         try:
             halves = [h for m in messages if isinstance(m, SentHalves) for h in m.halves]
             key = ledger_key(self.sink_id, batch_id)
-            replay = bool(broker.find_by_key(LEDGER_TOPIC, key))
-            if not replay:
-                body = json.dumps([tid for _t, _m, tid in halves]).encode()
-                broker.send_normal(LEDGER_TOPIC, body, keys=[key])
+            recorded = _recorded(broker, key)
+            if recorded is None:
+                recorded = {tid for _t, _m, tid in halves}
+                broker.send_normal(LEDGER_TOPIC, json.dumps(sorted(recorded)).encode(), keys=[key])
                 if self.fail_after_ledger:
-                    import os
-
-                    os._exit(137)  # failpoint: the driver dies between ledger and decisions
+                    _kill_driver()  # test failpoint: the driver dies between ledger and decisions
+            # A retried commit of the same attempt finds its own ids and commits them; a replayed
+            # batch (new ids, same batch id) finds other ids and rolls its copies back.
             for topic, mid, tid in halves:
-                broker.end(topic, mid, tid, commit=not replay)
+                broker.end(topic, mid, tid, commit=tid in recorded)
         finally:
             broker.close()
 
-    def _abort(self, messages: list[Any]) -> None:
+    def _abort(self, messages: list[Any], batch_id: str) -> None:
+        """Roll back, unless the ledger already records these transactions as committed: the
+        ledger record is the decision, so an abort after it must not contradict it."""
         broker = Broker(self.endpoints)
         try:
+            recorded = _recorded(broker, ledger_key(self.sink_id, batch_id)) or set()
             for m in messages:
                 if isinstance(m, SentHalves):
                     for topic, mid, tid in m.halves:
-                        broker.end(topic, mid, tid, commit=False)
+                        broker.end(topic, mid, tid, commit=tid in recorded)
         finally:
             broker.close()
 
@@ -119,7 +122,7 @@ class TxmqStreamWriter(_Writer, DataSourceStreamWriter):
         self._commit(messages, str(batchId))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        self._abort(messages)
+        self._abort(messages, str(batchId))
 
 
 class TxmqBatchWriter(_Writer, DataSourceWriter):
@@ -135,4 +138,25 @@ class TxmqBatchWriter(_Writer, DataSourceWriter):
         self._commit(messages, self.batch_id)
 
     def abort(self, messages: list[Any]) -> None:
-        self._abort(messages)
+        self._abort(messages, self.batch_id)
+
+
+def _kill_driver() -> None:
+    """Failpoint for tests: SIGKILL the whole driver (JVM, Python driver and workers), as a
+    crashed driver machine would. Only set failAfterLedger on a driver started in its own
+    process group (the tests start it with start_new_session=True)."""
+    import os
+    import signal
+
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _recorded(broker: Broker, key: str) -> set[str] | None:
+    """Transaction ids the ledger records for a batch; None when the batch is not recorded."""
+    entries = broker.find_by_key(LEDGER_TOPIC, key)
+    if not entries:
+        return None
+    out: set[str] = set()
+    for entry in entries:
+        out.update(str(t) for t in json.loads(entry["body"]))
+    return out
