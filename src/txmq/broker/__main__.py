@@ -1,5 +1,7 @@
 """``python -m txmq.broker``: the same as ``txmq broker``."""
 
+import sys
+
 from txmq.cli.main import main
 
-main(["broker", *__import__("sys").argv[1:]])
+main(["broker", *sys.argv[1:]])

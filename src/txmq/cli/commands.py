@@ -241,6 +241,19 @@ def _producer(endpoints: str, topic: str, checker: Any = None) -> Any:
     return p
 
 
+def _cli_checker() -> Any:
+    """The client requires a checker for transactions. This process exits right after
+    sending, so a check-back never reaches it: an undecided (--outcome none) transaction is
+    then resolved by the broker's max-checks rollback or an operator."""
+    from rocketmq import TransactionChecker, TransactionResolution
+
+    class _Checker(TransactionChecker):  # type: ignore[misc]
+        def check(self, message: Any) -> Any:
+            return TransactionResolution.ROLLBACK
+
+    return _Checker()
+
+
 @click.command()
 @click.argument("topic")
 @click.argument("body")
@@ -272,7 +285,7 @@ def send(
     """Send one message with the official RocketMQ client."""
     from rocketmq import Message
 
-    p = _producer(endpoints, topic)
+    p = _producer(endpoints, topic, _cli_checker() if transactional else None)
     try:
         m = Message()
         m.topic = topic
@@ -280,7 +293,8 @@ def send(
         if tag:
             m.tag = tag
         if keys:
-            m.keys = list(keys)
+            for key in keys:
+                m.keys = key  # the client's setter adds one key per assignment
         if message_group:
             m.message_group = message_group
         if delay_ms:

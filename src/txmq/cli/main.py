@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         cli.main(
             args=list(argv) if argv is not None else None, prog_name="txmq", standalone_mode=True
         )
+    except ConfigError as exc:
+        click.echo(f"txmq: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     except TxmqError as exc:
         click.echo(f"txmq: {exc}", err=True)
         sys.exit(EXIT_FAILED)

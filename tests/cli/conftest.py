@@ -1,0 +1,1 @@
+from tests.integration.conftest import broker  # noqa: F401  (shared fixture)
