@@ -33,8 +33,9 @@ def fsync_floor(seconds: float = 2.0, size: int = 1024) -> tuple[float, float, f
     return len(lat) / seconds, pct(lat, 0.5), pct(lat, 0.99)
 
 
-def run_threads(n: int, seconds: float, op: Callable[[int, int], None],
-                max_ops: int = 500_000) -> tuple[float, list[float]]:
+def run_threads(
+    n: int, seconds: float, op: Callable[[int, int], None], max_ops: int = 500_000
+) -> tuple[float, list[float]]:
     """Run ``op(thread, i)`` from n threads for ``seconds`` (bounded by max_ops)."""
     lat: list[list[float]] = [[] for _ in range(n)]
     stop = time.perf_counter() + seconds

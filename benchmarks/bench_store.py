@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import fsync_floor, machine, pct, run_threads  # noqa: E402
+from _common import fsync_floor, machine, pct, run_threads
 
-from txmq.model import RecordDraft  # noqa: E402
-from txmq.store.config import StoreConfig  # noqa: E402
-from txmq.store.store import Store  # noqa: E402
+from txmq.model import RecordDraft
+from txmq.store.config import StoreConfig
+from txmq.store.store import Store
 
 
 def clock() -> int:
@@ -31,8 +31,13 @@ def appends(writers: int, seconds: float) -> tuple[float, float, float]:
     try:
         s = Store.open(d, StoreConfig(segment_size_bytes=256 * 1024 * 1024), now_ms=clock)
         body = b"x" * 1024
-        rate, lat = run_threads(writers, seconds, lambda k, i: s.append(
-            RecordDraft(topic="bench", queue_id=k % 8, body=body, message_id=f"{k}-{i}")))
+        rate, lat = run_threads(
+            writers,
+            seconds,
+            lambda k, i: s.append(
+                RecordDraft(topic="bench", queue_id=k % 8, body=body, message_id=f"{k}-{i}")
+            ),
+        )
         s.close()
         return rate, pct(lat, 0.5), pct(lat, 0.99)
     finally:
@@ -42,12 +47,16 @@ def appends(writers: int, seconds: float) -> tuple[float, float, float]:
 def recovery(mib: int) -> tuple[float, float]:
     d = Path(tempfile.mkdtemp(prefix="txmq-bench-rec-"))
     try:
-        cfg = StoreConfig(segment_size_bytes=256 * 1024 * 1024, flush_mode=__import__(
-            "txmq.model", fromlist=["FlushMode"]).FlushMode.ASYNC)
+        cfg = StoreConfig(
+            segment_size_bytes=256 * 1024 * 1024,
+            flush_mode=__import__("txmq.model", fromlist=["FlushMode"]).FlushMode.ASYNC,
+        )
         s = Store.open(d, cfg, now_ms=clock)
         body = b"y" * 4000
-        batch = [RecordDraft(topic="rec", queue_id=i % 4, body=body, message_id=f"r{i}")
-                 for i in range(256)]
+        batch = [
+            RecordDraft(topic="rec", queue_id=i % 4, body=body, message_id=f"r{i}")
+            for i in range(256)
+        ]
         while s.log_end_offset < mib * 1024 * 1024:
             s.append_many(batch)
         s.flush()
@@ -70,15 +79,21 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# store benchmark on {machine()}")
     floor, f50, f99 = fsync_floor(args.seconds)
-    print(f"raw write+fdatasync floor (1 KiB, 1 writer): {floor:9.0f} ops/s  "
-          f"p50 {f50:.2f} ms  p99 {f99:.2f} ms")
+    print(
+        f"raw write+fdatasync floor (1 KiB, 1 writer): {floor:9.0f} ops/s  "
+        f"p50 {f50:.2f} ms  p99 {f99:.2f} ms"
+    )
     for n in (1, 16, 64):
         rate, p50, p99 = appends(n, args.seconds)
-        print(f"store SYNC appends, {n:2d} writers:            {rate:9.0f} ops/s  "
-              f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  ratio to floor {rate / floor:5.2f}x")
+        print(
+            f"store SYNC appends, {n:2d} writers:            {rate:9.0f} ops/s  "
+            f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  ratio to floor {rate / floor:5.2f}x"
+        )
     mib, took = recovery(args.recovery_mib)
-    print(f"crash recovery of {mib:.0f} MiB: {took:.2f} s ({mib / took:.0f} MiB/s; "
-          f"1 GiB extrapolates to {1024 / (mib / took):.1f} s)")
+    print(
+        f"crash recovery of {mib:.0f} MiB: {took:.2f} s ({mib / took:.0f} MiB/s; "
+        f"1 GiB extrapolates to {1024 / (mib / took):.1f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import machine, pct, run_threads  # noqa: E402
+from _common import machine, pct, run_threads
 
-from txmq.model import DecisionSource, RecordDraft  # noqa: E402
-from txmq.store.config import StoreConfig  # noqa: E402
-from txmq.store.store import Store  # noqa: E402
-from txmq.txn.coordinator import Transactions  # noqa: E402
+from txmq.model import DecisionSource, RecordDraft
+from txmq.store.config import StoreConfig
+from txmq.store.store import Store
+from txmq.txn.coordinator import Transactions
 
 
 def clock() -> int:
@@ -37,8 +37,10 @@ def measure(threads: int, seconds: float, transactional: bool) -> tuple[float, f
             s.append(RecordDraft(topic="b", queue_id=k % 4, body=body, message_id=f"{k}-{i}"))
 
         def txn(k: int, i: int) -> None:
-            tid, _ = tx.prepare(RecordDraft(topic="b", queue_id=k % 4, body=body,
-                                            message_id=f"{k}-{i}"), producer_group="b")
+            tid, _ = tx.prepare(
+                RecordDraft(topic="b", queue_id=k % 4, body=body, message_id=f"{k}-{i}"),
+                producer_group="b",
+            )
             tx.end(tid, commit=True, source=DecisionSource.PRODUCER)
 
         rate, lat = run_threads(threads, seconds, txn if transactional else plain)
@@ -55,11 +57,15 @@ def main() -> None:
     print(f"# transaction benchmark on {machine()}")
     for n in (1, 16):
         prate, p50, p99 = measure(n, args.seconds, False)
-        print(f"plain durable appends, {n:2d} threads: {prate:8.0f}/s  p50 {p50:.2f} ms  "
-              f"p99 {p99:.2f} ms")
+        print(
+            f"plain durable appends, {n:2d} threads: {prate:8.0f}/s  p50 {p50:.2f} ms  "
+            f"p99 {p99:.2f} ms"
+        )
         trate, t50, t99 = measure(n, args.seconds, True)
-        print(f"prepare+commit,        {n:2d} threads: {trate:8.0f}/s  p50 {t50:.2f} ms  "
-              f"p99 {t99:.2f} ms  cost {prate / trate:.2f}x a plain send (goal <= 2.5x)")
+        print(
+            f"prepare+commit,        {n:2d} threads: {trate:8.0f}/s  p50 {t50:.2f} ms  "
+            f"p99 {t99:.2f} ms  cost {prate / trate:.2f}x a plain send (goal <= 2.5x)"
+        )
 
 
 if __name__ == "__main__":
