@@ -15,20 +15,18 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits
+from txmq.broker.checkback import CheckBack
 from txmq.broker.config import BrokerConfig
 from txmq.broker.parts import Parts, wall_ms
 from txmq.broker.service import Service
-from txmq.model import MessageType
-from txmq.protocol import mapping
 
 log = logging.getLogger("txmq.broker")
 
 
-async def _every(period_s: float, step: Callable[[], Awaitable[None]], name: str) -> None:
+async def _every(period_s: float, step: Callable[[], Awaitable[object]], name: str) -> None:
     """Run ``step`` forever; a failing step is logged with its traceback and retried next
     period, because one bad tick must not stop check-back for every later transaction."""
     while True:
@@ -42,43 +40,13 @@ async def _every(period_s: float, step: Callable[[], Awaitable[None]], name: str
 
 
 class Loops:
+    """The broker's background work, one method per loop; each runs blocking parts in the
+    executor through ``service.run``."""
+
     def __init__(self, parts: Parts, service: Service) -> None:
         self.parts = parts
         self.service = service
-
-    async def check_back(self) -> None:
-        p = self.parts
-        requests = await self.service.run(p.tx.due_checks, p.clients.is_live)
-        for req in requests:
-            session = p.clients.pick_checker(req.producer_group, req.client_id)
-            if session is None:
-                continue  # the producer left between the liveness check and now
-            half = req.half
-            msg = mapping.message_from_record(
-                half,
-                topic=half.properties.get("REAL_TOPIC", half.topic),
-                queue_id=int(half.properties.get("REAL_QID", "0")),
-                message_type=MessageType.TRANSACTION,
-            )
-            cmd = sv.TelemetryCommand(
-                recover_orphaned_transaction_command=sv.RecoverOrphanedTransactionCommand(
-                    message=msg, transaction_id=req.transaction_id
-                )
-            )
-            try:
-                session.outbox.put_nowait(cmd)
-                p.metrics.checks.inc()
-            except asyncio.QueueFull:
-                log.warning(
-                    "telemetry outbox of %s is full; check-back deferred", session.client_id
-                )
-        self._gauges()
-
-    def _gauges(self) -> None:
-        p = self.parts
-        p.metrics.pending.set(len(p.tx.book.pending))
-        p.metrics.dead.set(len(p.tx.book.dead))
-        p.metrics.oldest_pending.set(p.tx.oldest_pending_age_ms() / 1000.0)
+        self.check_back = CheckBack(parts.tx, parts.clients, parts.metrics, service.run).tick
 
     async def release_delayed(self) -> None:
         touched = await self.service.run(self.parts.delay.release_due, wall_ms())

@@ -1,22 +1,46 @@
 """Connected clients: sessions keyed by client id, their Telemetry streams and liveness.
 
 Owns: which producers are live for which topics (the check-back targets), consumer groups seen,
-and the per-session outbox of Telemetry commands. Must not: decide transactions.
+and one outbox of Telemetry commands per open stream. Must not: decide transactions, or be
+touched from executor threads (it belongs to the event loop; executor code gets a snapshot
+from ``live_topics``).
 
 Why topics and not a producer group name: RocketMQ 5 producers declare no group on the wire; a
 producer declares the topics it publishes in its Settings. So the "producer group" of a
 transaction is the set of live producers that publish its topic, and check-back asks the
 producer that sent the half message first, then any other of that set.
+
+Why one outbox per stream, not per session: the official client rebuilds its Telemetry stream
+(same client id) when a settings write fails, and cancels the old stream only after opening the
+new one. With a shared outbox, the old stream's end-of-stream marker would end the new stream
+too, silently cutting the only check-back channel of a live producer. So each stream has its
+own queue, and commands go to the newest stream of a session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from txmq import limits
-from txmq.errors import TooManyRequestsError
+from txmq.errors import TooManyRequestsError, invariant
+
+# Check-back commands waiting on one stream; a producer that stops reading gets its checks
+# deferred rather than growing the broker's memory. The queue itself is unbounded so that a
+# settings reply or the end-of-stream marker can always be queued; only ``push`` is bounded.
+TELEMETRY_OUTBOX_MAX = 1024
+
+_stream_ids = itertools.count(1)
+
+
+@dataclass
+class Stream:
+    """One open Telemetry stream. ``None`` in the outbox ends the stream's writer."""
+
+    stream_id: int
+    outbox: asyncio.Queue[Any | None] = field(default_factory=asyncio.Queue)
 
 
 @dataclass
@@ -26,42 +50,82 @@ class Session:
     topics: set[str] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
     last_seen_ms: int = 0
-    streams: int = 0
-    outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(maxsize=1024))
+    # Open Telemetry streams by id, oldest first (dicts keep insertion order).
+    streams: dict[int, Stream] = field(default_factory=dict)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.streams)
+
+    @property
+    def newest_stream(self) -> Stream | None:
+        return next(reversed(self.streams.values()), None)
+
+    def open_stream(self) -> Stream:
+        stream = Stream(next(_stream_ids))
+        self.streams[stream.stream_id] = stream
+        return stream
+
+    def close_stream(self, stream: Stream) -> None:
+        removed = self.streams.pop(stream.stream_id, None)
+        invariant(removed is stream, "a Telemetry stream is closed once, by its own handler")
+
+    def push(self, command: Any) -> bool:
+        """Queue a command on the newest stream; False when none is open or its outbox is full."""
+        stream = self.newest_stream
+        if stream is None or stream.outbox.qsize() >= TELEMETRY_OUTBOX_MAX:
+            return False
+        stream.outbox.put_nowait(command)
+        return True
 
 
 class Clients:
     def __init__(self, *, expire_ms: int = 120_000) -> None:
+        invariant(expire_ms > 0, "sessions need a positive expiry")
         self.expire_ms = expire_ms
         self.sessions: dict[str, Session] = {}
 
     def touch(self, client_id: str, now_ms: int) -> Session:
+        invariant(bool(client_id), "sessions are keyed by a non-empty client id")
         s = self.sessions.get(client_id)
         if s is None:
             if len(self.sessions) >= limits.CLIENTS_MAX:
                 raise TooManyRequestsError(f"more than {limits.CLIENTS_MAX} clients connected")
             s = Session(client_id)
             self.sessions[client_id] = s
-        s.last_seen_ms = now_ms
+        s.last_seen_ms = max(s.last_seen_ms, now_ms)
         return s
 
     def remove(self, client_id: str) -> None:
+        """Forget a client that said goodbye. Its open streams end on their own; until then
+        the session object stays reachable from their handlers, not from here."""
         self.sessions.pop(client_id, None)
 
-    def expire(self, now_ms: int) -> None:
-        for cid, s in list(self.sessions.items()):
-            if s.streams == 0 and now_ms - s.last_seen_ms > self.expire_ms:
-                del self.sessions[cid]
+    def expire(self, now_ms: int) -> list[str]:
+        """Drop sessions with no open stream and no heartbeat for ``expire_ms``."""
+        gone = [
+            cid
+            for cid, s in self.sessions.items()
+            if not s.connected and now_ms - s.last_seen_ms > self.expire_ms
+        ]
+        for cid in gone:
+            del self.sessions[cid]
+        return gone
 
     def live_publishers(self, topic: str) -> list[Session]:
-        return [s for s in self.sessions.values() if s.streams > 0 and topic in s.topics]
+        return [s for s in self.sessions.values() if s.connected and topic in s.topics]
+
+    def live_topics(self) -> frozenset[str]:
+        """Topics with at least one producer on an open stream: an immutable snapshot that
+        executor threads may read while the loop keeps changing the sessions."""
+        return frozenset(t for s in self.sessions.values() if s.connected for t in s.topics)
 
     def is_live(self, topic: str) -> bool:
-        return any(True for _ in self.live_publishers(topic))
+        return bool(self.live_publishers(topic))
 
     def pick_checker(self, topic: str, preferred_client: str) -> Session | None:
         s = self.sessions.get(preferred_client)
-        if s is not None and s.streams > 0 and topic in s.topics:
+        if s is not None and s.connected and topic in s.topics:
             return s
         live = self.live_publishers(topic)
         return live[0] if live else None

@@ -8,35 +8,27 @@ schedule. Must not: speak gRPC (service.py does) or run the event loop (app.py d
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import json
-import threading
 import time
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from txmq.broker.clients import Clients
 from txmq.broker.config import BrokerConfig
+from txmq.broker.delay import DelaySchedule, due_later
 from txmq.broker.delivery import DeadLetter, Deliveries
 from txmq.broker.metrics import Metrics
 from txmq.broker.topics import TopicInfo, TopicRegistry
 from txmq.errors import MessageTypeConflictError
 from txmq.model import (
-    DELAY_TOPIC,
     DLQ_PREFIX,
     PROP_DELIVERY_ATTEMPT,
-    PROP_DELIVERY_TIMESTAMP_MS,
     PROP_MESSAGE_GROUP,
     PROP_ORIGIN_MESSAGE_ID,
-    PROP_REAL_QUEUE_ID,
     PROP_REAL_TOPIC,
-    AppendResult,
     MessageType,
     RecordDraft,
 )
-from txmq.store.disk import Disk
 from txmq.store.store import Store
 from txmq.txn.coordinator import Resolver, Transactions
 from txmq.txn.ledger import SinkLedger
@@ -120,7 +112,7 @@ class Parts:
                 client_id=client_id,
                 check_immunity_ms=immunity_ms,
             )
-        elif mtype is MessageType.DELAY and _due_later(draft):
+        elif mtype is MessageType.DELAY and due_later(draft, wall_ms()):
             res = self.delay.schedule(draft)
         else:
             res = self.store.append(draft)
@@ -157,103 +149,3 @@ class Parts:
         )
         self.deliveries.settle(dead)
         self.metrics.dlq.inc()
-
-
-def _due_later(draft: RecordDraft) -> bool:
-    at = int(draft.properties.get(PROP_DELIVERY_TIMESTAMP_MS, "0"))
-    return at > wall_ms()
-
-
-class DelaySchedule:
-    """Delay messages wait in DELAY_TOPIC and are re-appended to their topic when due.
-
-    Any precision (not RocketMQ's 18 levels): a heap ordered by delivery time, rebuilt at start
-    from the delay queue past the persisted progress. Delivery is at-least-once: a crash between
-    the re-append and saving progress delivers that message again.
-    """
-
-    def __init__(self, store: Store, path: Path, disk: Disk) -> None:
-        self.store = store
-        self.path = path
-        self.disk = disk
-        self._lock = threading.Lock()
-        self.low = 0
-        self.done: set[int] = set()
-        if self.disk.exists(path):
-            raw = json.loads(self.disk.read_all(path))
-            self.low, self.done = int(raw["low"]), set(raw["done"])
-        self.loaded = self.low
-        self.heap: list[tuple[int, int]] = []
-
-    def schedule(self, draft: RecordDraft) -> AppendResult:
-        props = dict(draft.properties)
-        props[PROP_REAL_TOPIC] = draft.topic
-        props[PROP_REAL_QUEUE_ID] = str(draft.queue_id)
-        held = RecordDraft(
-            topic=DELAY_TOPIC,
-            queue_id=0,
-            body=draft.body,
-            message_id=draft.message_id,
-            tag=draft.tag,
-            keys=draft.keys,
-            properties=props,
-            born_timestamp_ms=draft.born_timestamp_ms,
-            born_host=draft.born_host,
-        )
-        return self.store.append(held)
-
-    def release_due(self, now_ms: int, limit: int = 256) -> list[tuple[str, int]]:
-        """Re-append due messages to their topics; returns (topic, queue) touched. Blocking."""
-        with self._lock:
-            hi = self.store.queue_offsets(DELAY_TOPIC, 0)[1]
-            while self.loaded < hi:
-                read = self.store.read_queue(DELAY_TOPIC, 0, self.loaded, 256)
-                for rec in read.records:
-                    if rec.queue_offset not in self.done:
-                        at = int(rec.properties.get(PROP_DELIVERY_TIMESTAMP_MS, "0"))
-                        heapq.heappush(self.heap, (at, rec.queue_offset))
-                if read.next_offset == self.loaded:
-                    break
-                self.loaded = read.next_offset
-            due: list[int] = []
-            while self.heap and self.heap[0][0] <= now_ms and len(due) < limit:
-                due.append(heapq.heappop(self.heap)[1])
-        touched: list[tuple[str, int]] = []
-        drafts: list[RecordDraft] = []
-        for off in due:
-            rec = self.store.read_queue(DELAY_TOPIC, 0, off, 1).records[0]
-            props = {
-                k: v
-                for k, v in rec.properties.items()
-                if k not in (PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID)
-            }
-            topic = rec.properties[PROP_REAL_TOPIC]
-            qid = int(rec.properties[PROP_REAL_QUEUE_ID])
-            drafts.append(
-                RecordDraft(
-                    topic=topic,
-                    queue_id=qid,
-                    body=rec.body,
-                    message_id=rec.message_id,
-                    tag=rec.tag,
-                    keys=rec.keys,
-                    properties=props,
-                    born_timestamp_ms=rec.born_timestamp_ms,
-                    born_host=rec.born_host,
-                )
-            )
-            touched.append((topic, qid))
-        if drafts:
-            self.store.append_many(drafts)
-            with self._lock:
-                self.done.update(due)
-                while self.low in self.done:
-                    self.done.remove(self.low)
-                    self.low += 1
-            self.save()
-        return touched
-
-    def save(self) -> None:
-        with self._lock:
-            data = json.dumps({"low": self.low, "done": sorted(self.done)}).encode()
-        self.disk.write_atomic(self.path, data)

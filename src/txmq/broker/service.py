@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import errors, limits
+from txmq.broker.clients import Session
 from txmq.broker.consume import ConsumeHandlers
 from txmq.broker.parts import Parts, wall_ms
 from txmq.broker.replies import client_id, fail
@@ -30,7 +31,7 @@ from txmq.errors import (
     UnsupportedError,
 )
 from txmq.model import DecisionSource, MessageType
-from txmq.protocol import mapping
+from txmq.protocol import mapping, telemetry
 
 log = logging.getLogger("txmq.broker")
 T = TypeVar("T")
@@ -129,71 +130,77 @@ class Service(ConsumeHandlers, sg.MessagingServiceServicer):  # type: ignore[mis
 
     def _settings_reply(self, settings: Any) -> Any:
         cfg = self.parts.config
-        out = pb.Settings()
-        out.CopyFrom(settings)
-        if settings.HasField("publishing") or settings.client_type == pb.PRODUCER:
-            out.publishing.max_body_size = cfg.store.body_size_max
-            out.publishing.validate_message_type = False
-            bp = out.backoff_policy
-            bp.max_attempts = 3
-            mapping.set_duration(bp.exponential_backoff.initial, 10)
-            mapping.set_duration(bp.exponential_backoff.max, 1000)
-            bp.exponential_backoff.multiplier = 2.0
-        else:
-            sub = out.subscription
-            sub.receive_batch_size = limits.RECEIVE_BATCH_MAX
-            mapping.set_duration(sub.long_polling_timeout, min(cfg.long_polling_timeout_ms, 20_000))
-            sub.fifo = any(
-                self.parts.topics.ensure(e.topic.name).message_type is MessageType.FIFO
-                for e in settings.subscription.subscriptions
-            )
-            bp = out.backoff_policy
-            bp.ClearField("exponential_backoff")
-            bp.max_attempts = cfg.delivery_attempts_max
-            delay = cfg.retry_backoff_initial_ms
-            for _ in range(min(cfg.delivery_attempts_max, 16)):
-                mapping.set_duration(bp.customized_backoff.next.add(), delay)
-                delay = min(delay * 2, cfg.retry_backoff_max_ms)
-        return out
+        server = telemetry.ServerSettings(
+            body_size_max=cfg.store.body_size_max,
+            # Capped below the client's own receive deadline, so a long poll answers
+            # "no message" before the client gives up on the call.
+            long_polling_timeout_ms=min(cfg.long_polling_timeout_ms, 20_000),
+            receive_batch_size=limits.RECEIVE_BATCH_MAX,
+            delivery_attempts_max=cfg.delivery_attempts_max,
+            retry_backoff_initial_ms=cfg.retry_backoff_initial_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+        )
+        fifo = not telemetry.is_publisher(settings) and any(
+            self.parts.topics.ensure(e.topic.name).message_type is MessageType.FIFO
+            for e in settings.subscription.subscriptions
+        )
+        return telemetry.settings_reply(settings, server, fifo=fifo)
+
+    def _on_settings(self, session: Session, settings: Any) -> Any:
+        """Record what the client declared and build the reply command."""
+        if telemetry.is_publisher(settings):
+            session.topics.update(r.name for r in settings.publishing.topics)
+        if settings.subscription.group.name:
+            session.groups.add(settings.subscription.group.name)
+        session.client_type = int(settings.client_type)
+        try:
+            reply = self._settings_reply(settings)
+        except Exception as exc:
+            return sv.TelemetryCommand(status=fail(exc))
+        return sv.TelemetryCommand(status=mapping.status(), settings=reply)
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        """The client's Settings handshake, then the check-back channel, kept open until the
+        client closes it. Reading and writing run concurrently: a reader task puts replies in
+        this stream's outbox, where the check-back loop puts its commands too."""
         cid = client_id(context)
         if not cid:
             yield sv.TelemetryCommand(
                 status=mapping.error_status(ClientIdRequiredError("x-mq-client-id is required"))
             )
             return
-        session = self.parts.clients.touch(cid, wall_ms())
-        session.streams += 1
-        outbox = session.outbox
+        try:
+            session = self.parts.clients.touch(cid, wall_ms())
+        except Exception as exc:
+            yield sv.TelemetryCommand(status=fail(exc))
+            return
+        stream = session.open_stream()
 
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
-                    self.parts.clients.touch(cid, wall_ms())
+                    session.last_seen_ms = wall_ms()
                     if cmd.HasField("settings"):
-                        s = cmd.settings
-                        session.topics.update(r.name for r in s.publishing.topics)
-                        if s.subscription.group.name:
-                            session.groups.add(s.subscription.group.name)
-                        session.client_type = int(s.client_type)
-                        reply = self._settings_reply(s)
-                        await outbox.put(
-                            sv.TelemetryCommand(status=mapping.status(), settings=reply)
-                        )
+                        stream.outbox.put_nowait(self._on_settings(session, cmd.settings))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken stream ends this stream only, logged
+                log.warning("telemetry stream of %s failed: %r", cid, exc)
             finally:
-                await outbox.put(None)
+                # This stream's own outbox: ending it cannot end a newer stream of the client.
+                stream.outbox.put_nowait(None)
 
         reader = asyncio.create_task(read())
         try:
             while True:
-                item = await outbox.get()
+                item = await stream.outbox.get()
                 if item is None:
                     break
                 yield item
         finally:
             reader.cancel()
-            session.streams -= 1
+            session.close_stream(stream)
+            session.last_seen_ms = wall_ms()
 
     # --- Producing. ----------------------------------------------------------------------------
 
