@@ -94,3 +94,16 @@ assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
 assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
 assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0
 assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT
+
+# --- Added for the transaction layer. -----------------------------------------------------------
+# Dead (max-checks) transactions kept for operators in memory; older ones drop off the list but
+# their copy stays in DEAD_TRANSACTION_TOPIC until retention deletes it.
+TRANSACTIONS_DEAD_MAX: Final = 100_000
+# Records read per Store.scan call while replaying the log into the pending set.
+TRANSACTION_REPLAY_BATCH: Final = 4096
+assert TRANSACTIONS_DEAD_MAX <= TRANSACTIONS_PENDING_MAX
+
+# --- Consumer positions (added with the consumer side). ------------------------------------------
+# (group, topic, queue) positions a broker tracks; each costs a delivery book in memory and a row
+# in the positions file, so a client inventing group names cannot grow them without end.
+CONSUMER_QUEUES_MAX: Final = 100_000

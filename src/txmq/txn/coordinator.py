@@ -1,43 +1,69 @@
-"""Transactions over the store: prepare, decide, check back, recover.
+"""Transactions over the store: prepare, decide, check back, recover. Used by the broker.
 
-Owns: turning transaction events into store records (half, commit, rollback, check, dead copy),
-the thread-safe wrapper around the pure ``TxnBook``, the snapshot file and recovery from the log.
-Must not: know about gRPC or producers' connections (the broker passes ``is_live(group)``) or read
-the wall clock (``now_ms`` is injected).
+Owns: the thread-safe glue between the pure ``TxnBook`` and ``Store`` (records are built in
+``records.py``), server-side resolvers, the snapshot file and recovery from the log, and the
+transaction metrics. Must not: know about gRPC or producer connections (the broker passes a
+liveness predicate and picks the instance to ask), or read the wall clock (``now_ms`` is
+injected).
 
-Records written (all carry the transaction id in PROP_TRANSACTION_ID):
-- half: topic HALF_TOPIC, queue 0, flag PREPARED, real topic/queue in PROP_REAL_TOPIC/_QUEUE_ID.
-- commit: the real message in its real topic/queue, flag COMMIT, prepared_offset = half offset.
-  One append is both the durable decision and the message becoming visible.
-- rollback: topic OP_TOPIC, flag ROLLBACK, prepared_offset = half offset.
-- check: topic OP_TOPIC, flag NORMAL, PROP_CHECK_NUMBER, so check counts survive a crash.
-- dead copy: topic DEAD_TRANSACTION_TOPIC, flag NORMAL, after the max-checks rollback.
-A decision is appended outside the lock (so concurrent transactions share one fsync) while the
-transaction is DECIDING, which makes a concurrent second decision wait instead of appending.
+API (all methods are thread-safe and may block on the store's fsync)::
+
+    tx = Transactions.open(store, data_dir=d, timeout_ms=6000, check_interval_ms=30000,
+                           check_max=15, now_ms=clock, resolvers=[...])
+    tid, res = tx.prepare(draft, producer_group=g, transaction_id="", client_id=cid,
+                          check_immunity_ms=None)   # half message durable; tid generated if ""
+    tx.end(tid, commit=True, source=DecisionSource.PRODUCER, message_id="") -> Outcome
+    tx.due_checks(is_live) -> list[CheckRequest]     # call every tick; sends are recorded
+    tx.pending(), tx.dead(), tx.show(tid), tx.resolve(tid, commit=...)   # operators
+    tx.metrics, tx.oldest_pending_offset, tx.snapshot(), tx.close()
+
+Decisions. ``end`` is idempotent and final: repeating a decision returns the first outcome
+without a second append; the opposite decision raises TransactionConflictError(existing=...); an
+unknown or expired id raises InvalidTransactionIdError. The decision record is appended outside
+the lock, so concurrent transactions share one group-commit fsync; the transaction is DECIDING
+meanwhile, which makes a concurrent decision for the same id wait for the first and return its
+outcome. If the append fails the transaction is undecided again and the error propagates.
+
+Check-back. ``due_checks(is_live)`` returns at most TRANSACTION_CHECKS_PER_TICK_MAX requests.
+A transaction becomes due ``timeout_ms`` (or its check immunity) after its half message was
+stored; each check is recorded durably (a check record) before it is returned, and the next one
+is due ``check_interval_ms * 2^(n-1)`` later (capped). Producer groups for which ``is_live``
+is false are not asked and spend no check: they stay due until a producer is back (or an
+operator resolves them). After ``check_max`` checks and one more interval without an answer the
+transaction is rolled back with source MAX_CHECKS, whether or not a producer is live, and joins
+the dead set; ``resolve`` (source OPERATOR) may then still commit it (the message becomes
+visible) or confirm the rollback (it leaves the dead set). Producers and check-back answers for a
+dead transaction get ROLLED_BACK (rollback) or a conflict (commit).
+
+Resolvers. A resolver is either an object with ``claims(half) -> bool`` and
+``resolve(half) -> Outcome | None`` (it owns the half messages it claims: they are checked on
+schedule without any live producer, a None answer spends a check, so max checks still applies),
+or a plain callable ``(half) -> Outcome | None`` consulted before asking a live producer (None:
+ask the producer). Both run outside the lock and may do I/O. A resolver or half read that fails
+defers that one transaction by one interval (logged, counted in ``metrics.check_errors``) so one
+bad transaction cannot stop check-back for the others.
+
+Recovery. ``open`` loads the snapshot (written atomically at ``close`` and whenever the broker
+calls ``snapshot``) and replays the log from the offset it covers: half records add pending
+transactions, COMMIT/ROLLBACK records (``prepared_offset`` set) decide them, check records
+restore counts and times. Replay is idempotent, so a decision is never lost nor applied twice.
+``oldest_pending_offset`` tells the store's retention which segments a pending half needs.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from txmq import limits
 from txmq.errors import InvalidTransactionIdError, TransactionError, invariant
 from txmq.model import (
-    DEAD_TRANSACTION_TOPIC,
-    HALF_TOPIC,
-    OP_TOPIC,
-    PROP_CHECK_NUMBER,
-    PROP_CLIENT_ID,
-    PROP_DECISION_SOURCE,
-    PROP_PRODUCER_GROUP,
-    PROP_REAL_QUEUE_ID,
-    PROP_REAL_TOPIC,
     PROP_TRANSACTION_ID,
     AppendResult,
     DecisionSource,
@@ -47,24 +73,37 @@ from txmq.model import (
     TxnFlag,
 )
 from txmq.store.store import Store
-from txmq.txn.book import Decided, Txn, TxnBook, TxnState
+from txmq.txn import records
+from txmq.txn.book import Due, Txn, TxnBook, TxnState, Wait
+
+log = logging.getLogger(__name__)
 
 _SNAPSHOT = "txn-snapshot.json"
-_SCAN_BATCH = 4096
-_INTERNAL_PROPS = frozenset({PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID, PROP_DECISION_SOURCE})
+# How long a decision waits for a concurrent decision of the same transaction before it looks
+# again; the loop ends when the other append returns or fails, which the store bounds.
+_DECIDING_WAIT_S = 1.0
 
 
-class Resolver(Protocol):
-    """A server-side resolver (e.g. the Spark sink's ledger) for half messages it claims."""
+class ClaimingResolver(Protocol):
+    """A server-side resolver that owns the half messages it claims (e.g. the Spark ledger)."""
 
     def claims(self, half: Record) -> bool: ...
 
     def resolve(self, half: Record) -> Outcome | None: ...
 
 
+ResolverFn = Callable[[Record], Outcome | None]
+Resolver = ClaimingResolver | ResolverFn
+LiveGroups = Callable[[str], bool] | Mapping[str, object]
+
+
 @dataclass(frozen=True)
 class CheckRequest:
-    """Ask a live producer of ``producer_group`` about a transaction (RocketMQ check-back)."""
+    """Ask a live producer of ``producer_group`` about a transaction (RocketMQ check-back).
+
+    ``client_id`` is the producer instance that sent the half message (ask it first if it is
+    still connected); ``half`` is the stored half record for the check command.
+    """
 
     transaction_id: str
     producer_group: str
@@ -72,11 +111,28 @@ class CheckRequest:
     check_number: int
     half: Record
 
+    @property
+    def message_id(self) -> str:
+        return self.half.message_id
 
-@dataclass
+    @property
+    def half_offset(self) -> int:
+        return self.half.physical_offset
+
+
+@dataclass(frozen=True)
 class TxnMetrics:
+    """Plain values the broker exports."""
+
+    pending: int = 0
+    dead: int = 0
+    oldest_pending_age_ms: int = 0
     checks_sent: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
+    check_errors: int = 0
+    # By source value ("producer", "check_back", "max_checks", "operator").
+    outcomes_by_source: Mapping[str, int] = field(default_factory=dict)
+    # By "<source>:<outcome>", e.g. "max_checks:rolled_back".
+    outcomes: Mapping[str, int] = field(default_factory=dict)
 
 
 class Transactions:
@@ -91,18 +147,53 @@ class Transactions:
         now_ms: Callable[[], int],
         resolvers: Sequence[Resolver] = (),
     ) -> None:
+        """Open over ``store``, recovering from the snapshot in ``data_dir`` and the log."""
+        invariant(timeout_ms >= 0, "timeout_ms must not be negative")
         self.store = store
         self.data_dir = data_dir
         self.timeout_ms = timeout_ms
         self.now_ms = now_ms
-        self.resolvers = list(resolvers)
+        self._claiming: list[ClaimingResolver] = []
+        self._plain: list[ResolverFn] = []
+        for r in resolvers:
+            if _is_claiming(r):
+                self._claiming.append(r)
+            else:
+                invariant(callable(r), "a resolver is a callable or has claims/resolve")
+                self._plain.append(r)  # type: ignore[arg-type]
         self.book = TxnBook(check_interval_ms=check_interval_ms, check_max=check_max)
-        self.metrics = TxnMetrics()
         self._lock = threading.Lock()
         self._decided = threading.Condition(self._lock)
-        # Operations between "book says so" and "log says so"; a snapshot needs none in flight.
+        self._tick = threading.Lock()  # one check-back tick at a time
+        self._preparing: set[str] = set()
+        # Operations between "the log says so" and "the book says so"; a snapshot needs none.
         self._inflight = 0
+        self._checks_sent = 0
+        self._check_errors = 0
+        self._outcomes: dict[str, int] = {}
         self._recover()
+
+    @classmethod
+    def open(
+        cls,
+        store: Store,
+        *,
+        data_dir: Path,
+        timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS_DEFAULT,
+        check_interval_ms: int = limits.TRANSACTION_CHECK_INTERVAL_MS_DEFAULT,
+        check_max: int = limits.TRANSACTION_CHECK_MAX_DEFAULT,
+        now_ms: Callable[[], int],
+        resolvers: Sequence[Resolver] = (),
+    ) -> Transactions:
+        return cls(
+            store,
+            data_dir,
+            timeout_ms=timeout_ms,
+            check_interval_ms=check_interval_ms,
+            check_max=check_max,
+            now_ms=now_ms,
+            resolvers=resolvers,
+        )
 
     # --- Prepare and decide. -------------------------------------------------------------------
 
@@ -115,382 +206,332 @@ class Transactions:
         client_id: str = "",
         check_immunity_ms: int | None = None,
     ) -> tuple[str, AppendResult]:
-        """Store a half message durably; returns (transaction id, where it was stored)."""
+        """Store the half message durably; returns (transaction id, where it was stored).
+
+        ``draft`` names the real topic and queue. A new uuid4 hex id is used when
+        ``transaction_id`` is empty. ``check_immunity_ms`` replaces the broker's transaction
+        timeout before the first check-back for this message.
+
+        Raises:
+            InvalidTransactionIdError: the id is in use (pending, decided or being prepared).
+            TooManyRequestsError: TRANSACTIONS_PENDING_MAX transactions are pending.
+            StoreError and MessageBodyTooLargeError from the append.
+        """
+        invariant(draft.flag is TxnFlag.NORMAL, "prepare takes the real message as a draft")
         tid = transaction_id or uuid.uuid4().hex
-        props = dict(draft.properties)
-        props.update(
-            {
-                PROP_REAL_TOPIC: draft.topic,
-                PROP_REAL_QUEUE_ID: str(draft.queue_id),
-                PROP_TRANSACTION_ID: tid,
-                PROP_PRODUCER_GROUP: producer_group,
-                PROP_CLIENT_ID: client_id,
-            }
+        half = records.half_draft(
+            draft,
+            transaction_id=tid,
+            producer_group=producer_group,
+            client_id=client_id,
+            check_immunity_ms=check_immunity_ms,
         )
-        half = _replace(draft, topic=HALF_TOPIC, queue_id=0, flag=TxnFlag.PREPARED, props=props)
         with self._lock:
-            if tid in self.book.pending or tid in self.book.outcomes:
+            known = tid in self.book.pending or tid in self.book.dead
+            if known or tid in self.book.outcomes or tid in self._preparing:
                 raise InvalidTransactionIdError(tid, "transaction id already used")
+            self._preparing.add(tid)
             self._inflight += 1
         try:
             result = self.store.append(half)
+            stored = records.stored_half(half, result)
+            txn = records.txn_of_half(
+                stored, default_timeout_ms=self.timeout_ms, claimed=self._claimed(stored)
+            )
             with self._lock:
-                timeout = self.timeout_ms if check_immunity_ms is None else check_immunity_ms
-                self.book.add(
-                    Txn(
-                        tid,
-                        draft.message_id,
-                        result.physical_offset,
-                        producer_group,
-                        client_id,
-                        draft.topic,
-                        result.store_timestamp_ms,
-                        max(0, timeout),
-                    )
-                )
+                self.book.add(txn)
         finally:
             with self._lock:
+                self._preparing.discard(tid)
                 self._inflight -= 1
         return tid, result
 
-    def end(self, transaction_id: str, *, commit: bool, source: DecisionSource) -> Outcome:
-        """Decide a transaction; idempotent. Returns the outcome now in force.
+    def end(
+        self, transaction_id: str, *, commit: bool, source: DecisionSource, message_id: str = ""
+    ) -> Outcome:
+        """Decide a transaction; idempotent and final. Returns the outcome now in force.
 
         Raises:
             TransactionConflictError: it already has the other outcome.
-            InvalidTransactionIdError: unknown or expired.
+            InvalidTransactionIdError: unknown or expired, or ``message_id`` names another
+                message.
+            StoreError: the decision record could not be appended (still undecided).
         """
         outcome = Outcome.COMMITTED if commit else Outcome.ROLLED_BACK
         with self._lock:
             while True:
-                txn = self.book.begin(transaction_id, outcome, source)
-                if txn is None:
-                    return outcome
-                if txn.state is TxnState.DECIDING and txn is self._deciding.get(transaction_id):
-                    self._decided.wait(timeout=5.0)  # a concurrent decision is being appended
-                    continue
-                break
-            self._deciding[transaction_id] = txn
+                begun = self.book.begin(transaction_id, outcome, source)
+                if begun is not Wait.IN_FLIGHT:
+                    break
+                self._decided.wait(timeout=_DECIDING_WAIT_S)
+            if begun is None:
+                return outcome
+            txn = begun
+            if message_id and txn.message_id and message_id != txn.message_id:
+                self.book.abort_decision(txn)
+                raise InvalidTransactionIdError(
+                    transaction_id, f"belongs to message {txn.message_id!r}, not {message_id!r}"
+                )
             self._inflight += 1
         try:
             self._append_decision(txn, outcome, source)
         except BaseException:
             with self._lock:
                 self.book.abort_decision(txn)
-                self._settle(transaction_id)
+                self._settle()
             raise
         with self._lock:
             self.book.finish(txn, outcome, source, self.now_ms())
             key = f"{source.value}:{outcome.value}"
-            self.metrics.outcomes[key] = self.metrics.outcomes.get(key, 0) + 1
-            self._settle(transaction_id)
+            self._outcomes[key] = self._outcomes.get(key, 0) + 1
+            self._settle()
         return outcome
 
-    _deciding: dict[str, Txn]
+    def resolve(self, transaction_id: str, *, commit: bool) -> Outcome:
+        """Operator decision; the only one allowed on a dead (max-checks) transaction."""
+        return self.end(transaction_id, commit=commit, source=DecisionSource.OPERATOR)
 
-    def _settle(self, transaction_id: str) -> None:
-        self._deciding.pop(transaction_id, None)
+    def _settle(self) -> None:
         self._inflight -= 1
         self._decided.notify_all()
 
     def _append_decision(self, txn: Txn, outcome: Outcome, source: DecisionSource) -> None:
         half = self.store.read_at(txn.half_offset)
-        invariant(half.flag is TxnFlag.PREPARED, "decision must point at a half record")
-        tid_props = {PROP_TRANSACTION_ID: txn.transaction_id, PROP_DECISION_SOURCE: source.value}
+        invariant(
+            half.flag is TxnFlag.PREPARED
+            and half.properties.get(PROP_TRANSACTION_ID) == txn.transaction_id,
+            "a decision must point at its own half record",
+        )
         if outcome is Outcome.COMMITTED:
-            props = {k: v for k, v in half.properties.items() if k not in _INTERNAL_PROPS}
-            props.update(tid_props)
-            draft = RecordDraft(
-                topic=half.properties[PROP_REAL_TOPIC],
-                queue_id=int(half.properties[PROP_REAL_QUEUE_ID]),
-                body=half.body,
-                flag=TxnFlag.COMMIT,
-                message_id=half.message_id,
-                tag=half.tag,
-                keys=half.keys,
-                properties=props,
-                born_timestamp_ms=half.born_timestamp_ms,
-                born_host=half.born_host,
-                prepared_offset=half.physical_offset,
-            )
-            self.store.append(draft)
-            return
-        drafts = [
-            RecordDraft(
-                topic=OP_TOPIC,
-                queue_id=0,
-                body=txn.transaction_id.encode(),
-                flag=TxnFlag.ROLLBACK,
-                message_id=half.message_id,
-                properties=tid_props,
-                prepared_offset=half.physical_offset,
-            )
-        ]
-        if source is DecisionSource.MAX_CHECKS:
-            props = dict(half.properties)
-            props.update(tid_props)
-            drafts.append(
-                RecordDraft(
-                    topic=DEAD_TRANSACTION_TOPIC,
-                    queue_id=0,
-                    body=half.body,
-                    message_id=half.message_id,
-                    tag=half.tag,
-                    keys=half.keys,
-                    properties=props,
-                    born_timestamp_ms=half.born_timestamp_ms,
-                    born_host=half.born_host,
-                    prepared_offset=half.physical_offset,
-                )
-            )
-        self.store.append_many(drafts)
+            self.store.append(records.commit_draft(half, source))
+        else:
+            self.store.append_many(records.rollback_drafts(half, source))
 
     # --- Check-back. ---------------------------------------------------------------------------
 
-    def due_checks(self, is_live: Callable[[str], bool]) -> list[CheckRequest]:
-        """Transactions to check now, at most TRANSACTION_CHECKS_PER_TICK_MAX.
+    def due_checks(self, live_groups: LiveGroups, now_ms: int | None = None) -> list[CheckRequest]:
+        """One check-back tick: at most TRANSACTION_CHECKS_PER_TICK_MAX requests to send now.
 
-        Resolvers run first (they need no producer). Transactions of a group with no live
-        producer are pushed back without spending a check. At the check limit the transaction
-        is rolled back with source MAX_CHECKS and kept in the dead set.
+        ``live_groups`` says which producer groups have a live producer: a predicate, or a
+        mapping whose keys are the live groups. Each returned request is already recorded
+        durably. Resolvers and max-checks rollbacks run here too. ``now_ms`` defaults to the
+        injected clock.
         """
-        now = self.now_ms()
-        with self._lock:
-            due = self.book.due(now, limits.TRANSACTION_CHECKS_PER_TICK_MAX)
-        requests: list[CheckRequest] = []
-        checks: list[RecordDraft] = []
-        for txn in due:
-            half = self.store.read_at(txn.half_offset)
-            resolver = next((r for r in self.resolvers if r.claims(half)), None)
-            if resolver is None and not is_live(txn.producer_group):
-                with self._lock:
-                    self.book.reschedule(txn, now + self.book.check_interval_ms)
-                continue
-            if txn.checks >= self.book.check_max:
-                self._end_quietly(txn.transaction_id, False, DecisionSource.MAX_CHECKS)
-                continue
-            if resolver is not None:
-                outcome = resolver.resolve(half)
-                if outcome is not None:
-                    commit = outcome is Outcome.COMMITTED
-                    self._end_quietly(txn.transaction_id, commit, DecisionSource.CHECK_BACK)
-                    continue
+        is_live = _live_predicate(live_groups)
+        with self._tick:
+            now = self.now_ms() if now_ms is None else now_ms
             with self._lock:
-                number = self.book.spend_check(txn, now)
-                self.metrics.checks_sent += 1
-            checks.append(_check_record(txn, number))
-            if resolver is None:
-                requests.append(
-                    CheckRequest(
-                        txn.transaction_id, txn.producer_group, txn.client_id, number, half
-                    )
-                )
-        if checks:
-            self.store.append_many(checks)
-        return requests
+                self.book.expire_outcomes(now)
+                dues = self.book.due(now, is_live, limits.TRANSACTION_CHECKS_PER_TICK_MAX)
+            spent: list[tuple[Txn, int, Record]] = []
+            for due in dues:
+                try:
+                    checked = self._handle_due(due, now)
+                except TransactionError:
+                    continue  # a producer decided it meanwhile: its outcome stands
+                except Exception:
+                    log.exception("check-back of %s failed; retried later", due.txn.transaction_id)
+                    with self._lock:
+                        self._check_errors += 1
+                        self.book.reschedule(due.txn, now + self.book.check_interval_ms)
+                    continue
+                if checked is not None:
+                    spent.append(checked)
+            return self._record_checks(spent, now)
 
-    def _end_quietly(self, transaction_id: str, commit: bool, source: DecisionSource) -> None:
-        """Decide from the check loop. A producer deciding at the same moment may win the race:
-        its outcome then stands, and ours is refused, which is correct, not an error."""
+    def _handle_due(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | None:
+        """Decide, resolve or spend a check for one due transaction; returns the spent check."""
+        txn = due.txn
+        if due.give_up:
+            self.end(txn.transaction_id, commit=False, source=DecisionSource.MAX_CHECKS)
+            return None
+        half = self.store.read_at(txn.half_offset)
+        outcome = self._run_resolvers(txn, half)
+        if outcome is not None:
+            commit = outcome is Outcome.COMMITTED
+            self.end(txn.transaction_id, commit=commit, source=DecisionSource.CHECK_BACK)
+            return None
+        with self._lock:
+            number = self.book.spend_check(txn, now_ms)
+            if number == 0:
+                return None
+            self._inflight += 1
+        return txn, number, half
+
+    def _run_resolvers(self, txn: Txn, half: Record) -> Outcome | None:
+        if txn.claimed:
+            for claiming in self._claiming:
+                if claiming.claims(half):
+                    return claiming.resolve(half)
+            return None
+        for fn in self._plain:
+            outcome = fn(half)
+            if outcome is not None:
+                return outcome
+        return None
+
+    def _record_checks(
+        self, spent: list[tuple[Txn, int, Record]], now_ms: int
+    ) -> list[CheckRequest]:
+        """Append one check record per spent check (one fsync), then hand out the requests."""
+        if not spent:
+            return []
         try:
-            self.end(transaction_id, commit=commit, source=source)
-        except TransactionError:
-            return
+            self.store.append_many([records.check_draft(t, n) for t, n, _ in spent])
+        except BaseException:
+            with self._lock:
+                for txn, number, _ in spent:
+                    self.book.unspend_check(txn, number, now_ms + self.book.check_interval_ms)
+                self._inflight -= len(spent)
+            raise
+        with self._lock:
+            self._inflight -= len(spent)
+            self._checks_sent += len(spent)
+        return [
+            CheckRequest(t.transaction_id, t.producer_group, t.client_id, n, half)
+            for t, n, half in spent
+            if not t.claimed
+        ]
 
-    # --- Operator view. -------------------------------------------------------------------------
+    def _claimed(self, half: Record) -> bool:
+        return any(r.claims(half) for r in self._claiming)
+
+    # --- Operator view and metrics. ------------------------------------------------------------
 
     def pending(self) -> list[Txn]:
+        """Copies of the pending transactions, oldest first."""
         with self._lock:
-            return list(self.book.pending.values())
+            txns = [dataclasses.replace(t) for t in self.book.pending.values()]
+        return sorted(txns, key=lambda t: (t.prepared_at_ms, t.half_offset))
 
     def dead(self) -> list[Txn]:
+        """Copies of the dead (max-checks rolled back, operator may resolve) transactions."""
         with self._lock:
-            return list(self.book.dead.values())
+            return [dataclasses.replace(t) for t in self.book.dead.values()]
 
     def show(self, transaction_id: str) -> dict[str, object]:
+        """Everything known about one transaction, JSON-ready.
+
+        Raises:
+            InvalidTransactionIdError: unknown or expired.
+        """
         with self._lock:
             txn = self.book.pending.get(transaction_id) or self.book.dead.get(transaction_id)
             decided = self.book.outcomes.get(transaction_id)
-        if txn is None and decided is None:
-            raise InvalidTransactionIdError(transaction_id, "unknown or expired transaction")
-        out: dict[str, object] = {"transaction_id": transaction_id}
-        if txn is not None:
-            out.update(
-                message_id=txn.message_id,
-                topic=txn.topic,
-                producer_group=txn.producer_group,
-                state=txn.state.value,
-                checks=txn.checks,
-                prepared_at_ms=txn.prepared_at_ms,
-                half_offset=txn.half_offset,
-                dead=transaction_id in self.book.dead,
-            )
-        if decided is not None:
-            out.update(outcome=decided.outcome.value, source=decided.source.value)
+            if txn is None and decided is None:
+                raise InvalidTransactionIdError(transaction_id, "unknown or expired transaction")
+            out: dict[str, object] = {"transaction_id": transaction_id}
+            if txn is not None:
+                out.update(
+                    message_id=txn.message_id,
+                    topic=txn.topic,
+                    producer_group=txn.producer_group,
+                    client_id=txn.client_id,
+                    state=txn.state.value,
+                    checks=txn.checks,
+                    next_check_ms=txn.next_check_ms,
+                    prepared_at_ms=txn.prepared_at_ms,
+                    half_offset=txn.half_offset,
+                    dead=txn.state is TxnState.DEAD,
+                )
+            if decided is not None:
+                out.update(
+                    outcome=decided.outcome.value,
+                    source=decided.source.value,
+                    decided_at_ms=decided.decided_at_ms,
+                )
         return out
-
-    def resolve(self, transaction_id: str, *, commit: bool) -> Outcome:
-        return self.end(transaction_id, commit=commit, source=DecisionSource.OPERATOR)
 
     @property
     def oldest_pending_offset(self) -> int:
+        """Lowest log offset a pending transaction still needs (its half record); the log end
+        when none is pending. Retention must keep every segment from here on."""
         with self._lock:
             offsets = [t.half_offset for t in self.book.pending.values()]
         return min(offsets, default=self.store.log_end_offset)
 
     def oldest_pending_age_ms(self) -> int:
         with self._lock:
-            oldest = self.book.oldest_pending(key=lambda t: t.prepared_at_ms)
+            oldest = self.book.oldest_pending()
         return 0 if oldest is None else max(0, self.now_ms() - oldest.prepared_at_ms)
+
+    @property
+    def metrics(self) -> TxnMetrics:
+        age = self.oldest_pending_age_ms()
+        with self._lock:
+            by_source: dict[str, int] = {}
+            for key, n in self._outcomes.items():
+                source = key.split(":", 1)[0]
+                by_source[source] = by_source.get(source, 0) + n
+            return TxnMetrics(
+                pending=len(self.book.pending),
+                dead=len(self.book.dead),
+                oldest_pending_age_ms=age,
+                checks_sent=self._checks_sent,
+                check_errors=self._check_errors,
+                outcomes_by_source=by_source,
+                outcomes=dict(self._outcomes),
+            )
 
     # --- Snapshot and recovery. ----------------------------------------------------------------
 
     def snapshot(self) -> bool:
-        """Persist the book with the log offset it reflects; skipped while a decision is in
-        flight (the book and the log could disagree). Returns whether one was written."""
+        """Persist the book with the log offset it reflects (write-temp, fsync, rename).
+
+        Skipped while a transaction record is between the log and the book (they could
+        disagree); returns whether one was written. The store is flushed before the file is
+        written so a snapshot never reflects a record a crash could still lose.
+        """
         with self._lock:
             if self._inflight:
                 return False
-            offset = self.store.log_end_offset
-            data = {
-                "offset": offset,
-                "pending": [_txn_json(t) for t in self.book.pending.values()],
-                "dead": [_txn_json(t) for t in self.book.dead.values()],
-                "outcomes": [
-                    [tid, d.outcome.value, d.source.value, d.decided_at_ms]
-                    for tid, d in self.book.outcomes.items()
-                ],
-            }
-        self.store.disk.write_atomic(self.data_dir / _SNAPSHOT, json.dumps(data).encode())
+            raw = records.encode_snapshot(self.book, self.store.log_end_offset)
+        self.store.flush()
+        self.store.disk.write_atomic(self.data_dir / _SNAPSHOT, raw)
         return True
 
+    def close(self) -> None:
+        """Write a final snapshot. The store is the caller's to close (after this)."""
+        self.snapshot()
+
     def _recover(self) -> None:
-        self._deciding = {}
         path = self.data_dir / _SNAPSHOT
         offset = self.store.log_start_offset
         if self.store.disk.exists(path):
-            data = json.loads(self.store.disk.read_all(path))
-            offset = max(offset, int(data["offset"]))
-            for raw in data["pending"]:
-                txn = _txn_from_json(raw)
-                next_check_ms = txn.next_check_ms
-                self.book.add(txn)
-                self.book.reschedule(txn, next_check_ms)
-            for raw in data["dead"]:
-                txn = _txn_from_json(raw)
-                txn.state = TxnState.ROLLED_BACK
-                self.book.dead[txn.transaction_id] = txn
-            for tid, outcome, source, at in data["outcomes"]:
-                self.book.outcomes[tid] = _decided(outcome, source, at)
+            loaded = records.decode_snapshot(self.store.disk.read_all(path), self.book)
+            if loaded < 0:
+                self.book = TxnBook(
+                    check_interval_ms=self.book.check_interval_ms, check_max=self.book.check_max
+                )
+            offset = max(offset, loaded)
         end = self.store.log_end_offset
-        while offset < end:
-            batch = self.store.scan(offset, _SCAN_BATCH)
+        if offset > end:
+            # The store salvaged a damaged log below the snapshot. Keep what the snapshot knows
+            # (every decision in it was acknowledged) and replay what the log still has after
+            # ``end``; rewrite the snapshot now so later records are not skipped.
+            log.warning("transaction snapshot offset %d is past the log end %d", offset, end)
+            offset = end
+            self.snapshot()
+        for _ in range(1 + (end - offset) // 64):  # bounded: every record is >= 64 bytes
+            if offset >= end:
+                break
+            batch = self.store.scan(offset, limits.TRANSACTION_REPLAY_BATCH)
             if not batch:
                 break
             for rec in batch:
-                self._replay(rec)
+                claimed = rec.flag is TxnFlag.PREPARED and self._claimed(rec)
+                records.replay(self.book, rec, default_timeout_ms=self.timeout_ms, claimed=claimed)
             offset = batch[-1].next_physical_offset
 
-    def _replay(self, rec: Record) -> None:
-        tid = rec.properties.get(PROP_TRANSACTION_ID, "")
-        if not tid:
-            return
-        if rec.flag is TxnFlag.PREPARED:
-            if tid not in self.book.pending and tid not in self.book.outcomes:
-                self.book.add(
-                    Txn(
-                        tid,
-                        rec.message_id,
-                        rec.physical_offset,
-                        rec.properties.get(PROP_PRODUCER_GROUP, ""),
-                        rec.properties.get(PROP_CLIENT_ID, ""),
-                        rec.properties.get(PROP_REAL_TOPIC, ""),
-                        rec.store_timestamp_ms,
-                        self.timeout_ms,
-                    )
-                )
-            return
-        if rec.flag in (TxnFlag.COMMIT, TxnFlag.ROLLBACK):
-            source = DecisionSource(rec.properties.get(PROP_DECISION_SOURCE, "producer"))
-            outcome = Outcome.COMMITTED if rec.flag is TxnFlag.COMMIT else Outcome.ROLLED_BACK
-            txn = self.book.pending.get(tid) or self.book.dead.get(tid)
-            if txn is not None:
-                txn.state = TxnState.DECIDING
-                self.book.finish(txn, outcome, source, rec.store_timestamp_ms)
-            return
-        number = rec.properties.get(PROP_CHECK_NUMBER)
-        if rec.topic == OP_TOPIC and number is not None:
-            txn = self.book.pending.get(tid)
-            if txn is not None and int(number) > txn.checks:
-                txn.checks = int(number)
-                self.book.reschedule(
-                    txn, rec.store_timestamp_ms + self.book.next_delay_ms(txn.checks)
-                )
 
-    def close(self) -> None:
-        self.snapshot()
-
-
-def _check_record(txn: Txn, number: int) -> RecordDraft:
-    return RecordDraft(
-        topic=OP_TOPIC,
-        queue_id=0,
-        body=b"",
-        message_id="",
-        properties={PROP_TRANSACTION_ID: txn.transaction_id, PROP_CHECK_NUMBER: str(number)},
-        prepared_offset=txn.half_offset,
+def _is_claiming(resolver: Resolver) -> TypeGuard[ClaimingResolver]:
+    return callable(getattr(resolver, "claims", None)) and callable(
+        getattr(resolver, "resolve", None)
     )
 
 
-def _replace(
-    d: RecordDraft, *, topic: str, queue_id: int, flag: TxnFlag, props: Mapping[str, str]
-) -> RecordDraft:
-    return RecordDraft(
-        topic=topic,
-        queue_id=queue_id,
-        body=d.body,
-        flag=flag,
-        message_id=d.message_id,
-        tag=d.tag,
-        keys=d.keys,
-        properties=props,
-        born_timestamp_ms=d.born_timestamp_ms,
-        born_host=d.born_host,
-        reconsume_times=d.reconsume_times,
-    )
-
-
-def _txn_json(t: Txn) -> list[object]:
-    return [
-        t.transaction_id,
-        t.message_id,
-        t.half_offset,
-        t.producer_group,
-        t.client_id,
-        t.topic,
-        t.prepared_at_ms,
-        t.timeout_ms,
-        t.checks,
-        t.next_check_ms,
-    ]
-
-
-def _txn_from_json(raw: list[object]) -> Txn:
-    tid, mid, off, group, client, topic, at, timeout, checks, nxt = raw
-    txn = Txn(
-        str(tid),
-        str(mid),
-        int(str(off)),
-        str(group),
-        str(client),
-        str(topic),
-        int(str(at)),
-        int(str(timeout)),
-    )
-    txn.checks = int(str(checks))
-    txn.next_check_ms = int(str(nxt))
-    return txn
-
-
-def _decided(outcome: str, source: str, at: int) -> Decided:
-    return Decided(Outcome(outcome), DecisionSource(source), int(at))
+def _live_predicate(live_groups: LiveGroups) -> Callable[[str], bool]:
+    if isinstance(live_groups, Mapping):
+        mapping = live_groups
+        return lambda group: bool(mapping.get(group))
+    return live_groups
