@@ -1,2 +1,2 @@
-"""Peers for benchmarks/compare.py: each starts its own server on 127.0.0.1 in a temporary
-directory, runs the shared workload, and stops it."""
+"""Peers for benchmarks/compare.py: one module per system with start/prepare/Producer/consume
+(the contract is in _base.py), the phase driver and the report."""

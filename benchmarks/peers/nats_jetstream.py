@@ -62,7 +62,7 @@ def start(work: Path) -> Running:
     return Running(
         f"nats://127.0.0.1:{port}",
         proc.pid,
-        f"nats-server {version}",
+        version.replace("nats-server: ", "nats-server "),
         durability,
         stop,
         notes=["publish with Nats-Msg-Id; pull consumer, fetch 100, ack each"],

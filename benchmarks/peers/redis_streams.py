@@ -56,7 +56,7 @@ def start(work: Path) -> Running:
     return Running(
         endpoint=str(port),
         pid=proc.pid,
-        version=version_of([server, "--version"]),
+        version=" ".join(version_of([server, "--version"]).split()[:3]).replace("v=", ""),
         durability="appendonly yes, appendfsync always (AOF fsynced before replies)",
         stop=stop,
         notes=["consumer: XREADGROUP COUNT 100 + XACK per batch"],
