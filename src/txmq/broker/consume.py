@@ -1,87 +1,230 @@
-"""Consumer-side RPC handlers: POP receive, ack, invisibility, DLQ, and offset-based pull.
+"""Consumer-side RPC handlers: POP receive, ack, invisibility, DLQ, assignments, offset pull.
 
-Owns: the gRPC shapes of ReceiveMessage (long polling, a status item, a delivery_timestamp item,
-then messages), AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue,
-PullMessage, GetOffset, UpdateOffset and QueryOffset. A mixin of ``Service``: it uses the
-service's ``parts``, ``run`` and ``_wait_for``. Must not: keep state (Deliveries owns it).
+Owns: ``ConsumeRpcs``, the async handlers with grpc.aio servicer signatures for QueryAssignment,
+ReceiveMessage (long polling; a status item, a delivery_timestamp item, then messages),
+AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, PullMessage, UpdateOffset,
+GetOffset and QueryOffset; appending dead letters to ``%DLQ%<group>``; waking long polls on
+``notify_appended``; the background sweep that dead-letters abandoned last attempts and saves
+positions. ``ConsumeHandlers`` adapts it to the servicer class of broker/service.py.
+Must not: keep delivery state (``ConsumerPositions`` in offsets.py does) or block the event loop
+(store calls run in the executor).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from txmq import errors, limits
-from txmq.broker.parts import Parts, wall_ms
-from txmq.broker.replies import fail, invisible_ms, tags
-from txmq.errors import BadRequestError, IllegalOffsetError, IllegalTopicError, TxmqError
-from txmq.model import MessageType, Record
+from txmq.broker.config import BrokerConfig
+from txmq.broker.delivery import DeadLetter
+from txmq.broker.filter import parse_tags
+from txmq.broker.metrics import Metrics
+from txmq.broker.offsets import ConsumerPositions
+from txmq.broker.replies import fail, invisible_ms
+from txmq.broker.topics import TopicRegistry
+from txmq.errors import BadRequestError, IllegalFilterExpressionError, IllegalOffsetError
+from txmq.model import (
+    DLQ_PREFIX,
+    PROP_DELIVERY_ATTEMPT,
+    PROP_ORIGIN_MESSAGE_ID,
+    PROP_REAL_TOPIC,
+    MessageType,
+    RecordDraft,
+)
 from txmq.protocol import mapping
+from txmq.store.store import Store
 
+if TYPE_CHECKING:
+    from txmq.broker.parts import Parts
+
+log = logging.getLogger("txmq.broker.consume")
 T = TypeVar("T")
+# Long polls also wake this often, because expired leases become due without any append.
+REDELIVERY_POLL_S = 0.5
+SWEEP_PERIOD_S = 1.0
+DEAD_LETTERS_PER_SWEEP_MAX = 256
 
 
-class ConsumeHandlers:
-    parts: Parts
-    run: Callable[..., Awaitable[Any]]
-    _wait_for: Callable[[str, float], Awaitable[None]]
+def _tags(expr: Any) -> frozenset[str] | None:
+    if expr.type == pb.SQL:
+        raise IllegalFilterExpressionError("SQL filter expressions are not supported; use tags")
+    return parse_tags(expr.expression)
+
+
+class ConsumeRpcs:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        topics: TopicRegistry,
+        config: BrokerConfig,
+        now_ms: Callable[[], int],
+        executor: ThreadPoolExecutor,
+        metrics: Metrics,
+        positions: ConsumerPositions | None = None,
+        wait_for: Callable[[str, float], Awaitable[None]] | None = None,
+        endpoint: tuple[str, int] | None = None,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.config = config
+        self.now_ms = now_ms
+        self.executor = executor
+        self.metrics = metrics
+        self.positions = positions or ConsumerPositions(
+            store,
+            config.data_dir,
+            store.disk,
+            attempts_max=config.delivery_attempts_max,
+            backoff_initial_ms=config.retry_backoff_initial_ms,
+            backoff_max_ms=config.retry_backoff_max_ms,
+            now_ms=now_ms,
+        )
+        self._wait_for_hook = wait_for
+        # What QueryAssignment advertises; the server sets it once the port is bound.
+        self.endpoint = endpoint or (config.advertised_host or config.host, config.port)
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    # --- Lifecycle and wake-ups. -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+        await self.run(self.positions.save, force=True)
+
+    def notify_appended(self, topic: str, queue_id: int = -1) -> None:
+        """A message became deliverable in ``topic``: wake the long polls waiting on it."""
+        ev = self._wakeups.pop(topic, None)
+        if ev is not None:
+            ev.set()
+
+    async def _wait_for(self, topic: str, timeout_s: float) -> None:
+        if self._wait_for_hook is not None:
+            await self._wait_for_hook(topic, timeout_s)
+            return
+        ev = self._wakeups.setdefault(topic, asyncio.Event())
+        try:
+            await asyncio.wait_for(ev.wait(), timeout=max(0.0, timeout_s))
+        except TimeoutError:
+            return
+
+    async def sweep(self) -> None:
+        """Dead-letter last attempts nobody will receive again, then save positions."""
+        for dead in await self.run(
+            self.positions.sweep_dead, self.now_ms(), DEAD_LETTERS_PER_SWEEP_MAX
+        ):
+            await self.run(self.dead_letter, dead)
+        await self.run(self.positions.save)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_PERIOD_S)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # One failed sweep (say a full disk) must not end dead-lettering for good.
+                log.exception("consumer sweep failed; retrying next period")
+
+    def dead_letter(self, dead: DeadLetter) -> None:
+        """Append the DLQ copy durably, then count the original as consumed. Blocking."""
+        topic = DLQ_PREFIX + dead.group
+        self.topics.create(topic, 1, MessageType.NORMAL, exist_ok=True)
+        rec = dead.record
+        props = dict(rec.properties)
+        props[PROP_ORIGIN_MESSAGE_ID] = rec.message_id
+        props[PROP_REAL_TOPIC] = rec.topic
+        props[PROP_DELIVERY_ATTEMPT] = str(dead.attempts)
+        draft = RecordDraft(
+            topic=topic,
+            queue_id=0,
+            body=rec.body,
+            message_id=rec.message_id,
+            tag=rec.tag,
+            keys=rec.keys,
+            properties=props,
+            born_timestamp_ms=rec.born_timestamp_ms,
+            born_host=rec.born_host,
+            reconsume_times=dead.attempts,
+        )
+        self.store.append(draft)
+        self.positions.settle(dead)
+        self.metrics.dlq.inc()
+
+    # --- POP consumption. ------------------------------------------------------------------------
 
     def _poll_s(self, request: Any) -> float:
-        cap = self.parts.config.long_polling_timeout_ms
         if not request.HasField("long_polling_timeout"):
             return 0.0
-        return min(mapping.duration_ms(request.long_polling_timeout), cap) / 1000.0
+        asked = mapping.duration_ms(request.long_polling_timeout)
+        return max(0, min(asked, self.config.long_polling_timeout_ms)) / 1000.0
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             group = request.group.name
             if not group:
                 raise errors.IllegalConsumerGroupError("consumer group is required")
-            topic = request.message_queue.topic.name
-            info = self.parts.topics.ensure(mapping.validate_topic(topic, allow_system=True))
-            wanted = tags(request.filter_expression)
+            topic = mapping.validate_topic(request.message_queue.topic.name, allow_system=True)
+            info = self.topics.ensure(topic)
+            wanted = _tags(request.filter_expression)
             batch = max(1, min(request.batch_size or 1, limits.RECEIVE_BATCH_MAX))
             invisible = invisible_ms(request)
-            start = request.message_queue.id % info.queue_count if info.queue_count else 0
+            # Start at the queue the client named, so consumers of one group spread out.
+            start = request.message_queue.id % info.queue_count
             queue_ids = [(start + i) % info.queue_count for i in range(info.queue_count)]
-            deadline = time.monotonic() + self._poll_s(request)
             fifo = info.message_type is MessageType.FIFO
+            deadline = time.monotonic() + self._poll_s(request)
             while True:
                 got, dead = await self.run(
-                    self.parts.deliveries.receive,
+                    self.positions.receive,
                     group,
                     topic,
                     queue_ids,
                     tags=wanted,
                     batch=batch,
                     invisible_ms=invisible,
-                    now_ms=wall_ms(),
+                    now_ms=self.now_ms(),
                     fifo=fifo,
                 )
-                for d in dead:
-                    await self.run(self.parts.dead_letter, d)
-                if got:
-                    break
+                for letter in dead:
+                    await self.run(self.dead_letter, letter)
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    yield sv.ReceiveMessageResponse(
-                        status=mapping.status(errors.CODE_MESSAGE_NOT_FOUND, "no new message")
-                    )
-                    return
-                # Wake on a new message, or within a second to redeliver expired ones.
-                await self._wait_for(topic, min(remaining, 1.0))
+                if got or remaining <= 0:
+                    break
+                await self._wait_for(topic, min(remaining, REDELIVERY_POLL_S))
         except Exception as exc:
             yield sv.ReceiveMessageResponse(status=fail(exc))
             return
+        if not got:
+            yield sv.ReceiveMessageResponse(
+                status=mapping.status(errors.CODE_MESSAGE_NOT_FOUND, "no new message")
+            )
+            return
         yield sv.ReceiveMessageResponse(status=mapping.status())
-        ts = sv.ReceiveMessageResponse()
-        mapping.set_timestamp(ts.delivery_timestamp, wall_ms())
-        yield ts
-        self.parts.metrics.receives.inc(len(got))
+        stamp = sv.ReceiveMessageResponse()
+        mapping.set_timestamp(stamp.delivery_timestamp, self.now_ms())
+        yield stamp
+        self.metrics.receives.inc(len(got))
         for d in got:
             yield sv.ReceiveMessageResponse(
                 message=mapping.message_from_record(
@@ -96,11 +239,11 @@ class ConsumeHandlers:
     async def AckMessage(self, request: Any, context: Any) -> Any:
         top = mapping.status()
         results = []
-        for e in request.entries:
+        for e in request.entries[: limits.RECEIVE_BATCH_MAX * 32]:
             try:
-                await self.run(self.parts.deliveries.ack, request.group.name, e.receipt_handle)
+                await self.run(self.positions.ack, request.group.name, e.receipt_handle)
                 st = mapping.status()
-                self.parts.metrics.acks.inc()
+                self.metrics.acks.inc()
             except Exception as exc:
                 st = fail(exc)
                 if top.code == errors.CODE_OK:
@@ -114,12 +257,18 @@ class ConsumeHandlers:
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         try:
+            # PushConsumer nacks with its backoff delay in whole seconds, which is 0 for a
+            # sub-second backoff: read that as "as soon as allowed", not as an error.
+            asked = mapping.duration_ms(request.invisible_duration)
+            if asked > limits.INVISIBLE_DURATION_MS_MAX:
+                invisible_ms(request)  # raises IllegalInvisibleTimeError with the bounds
+            wait_ms = max(asked, limits.INVISIBLE_DURATION_MS_MIN)
             handle = await self.run(
-                self.parts.deliveries.change_invisible,
+                self.positions.change_invisible,
                 request.group.name,
                 request.receipt_handle,
-                invisible_ms(request),
-                wall_ms(),
+                wait_ms,
+                self.now_ms(),
             )
             return sv.ChangeInvisibleDurationResponse(
                 status=mapping.status(), receipt_handle=handle
@@ -130,22 +279,34 @@ class ConsumeHandlers:
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         try:
             dead = await self.run(
-                self.parts.deliveries.take_for_dead_letter,
+                self.positions.take_for_dead_letter,
                 request.group.name,
                 request.receipt_handle,
+                self.now_ms(),
             )
-            await self.run(self.parts.dead_letter, dead)
+            await self.run(self.dead_letter, dead)
             return sv.ForwardMessageToDeadLetterQueueResponse(status=mapping.status())
         except Exception as exc:
             return sv.ForwardMessageToDeadLetterQueueResponse(status=fail(exc))
 
-    # --- Offset-based access (the Spark connector uses these). ------------------------------------
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        try:
+            topic = mapping.validate_topic(request.topic.name, allow_system=True)
+            info = self.topics.ensure(topic)
+            assignments = [
+                pb.Assignment(message_queue=q) for q in _message_queues(info, self.endpoint)
+            ]
+            return sv.QueryAssignmentResponse(status=mapping.status(), assignments=assignments)
+        except Exception as exc:
+            return sv.QueryAssignmentResponse(status=fail(exc))
+
+    # --- Offset-based access (the Spark connector uses these). ----------------------------------
 
     def _queue(self, mq: Any) -> tuple[str, int]:
-        topic = mq.topic.name
-        info = self.parts.topics.get(mapping.validate_topic(topic, allow_system=True))
+        topic = mapping.validate_topic(mq.topic.name, allow_system=True)
+        info = self.topics.get(topic)
         if not 0 <= mq.id < info.queue_count:
-            raise IllegalTopicError(f"topic {topic!r} has no queue {mq.id}")
+            raise errors.IllegalTopicError(f"topic {topic!r} has no queue {mq.id}")
         return topic, mq.id
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
@@ -153,17 +314,17 @@ class ConsumeHandlers:
             topic, qid = self._queue(request.message_queue)
             if request.offset < 0:
                 raise IllegalOffsetError(f"offset must be >= 0, got {request.offset}")
-            wanted = tags(request.filter_expression)
+            wanted = _tags(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, limits.READ_BATCH_MAX))
             deadline = time.monotonic() + self._poll_s(request)
             while True:
                 read = await self.run(
-                    self.parts.store.read_queue, topic, qid, request.offset, batch, tags=wanted
+                    self.store.read_queue, topic, qid, request.offset, batch, tags=wanted
                 )
                 remaining = deadline - time.monotonic()
                 if read.records or read.next_offset != request.offset or remaining <= 0:
                     break
-                await self._wait_for(topic, min(remaining, 1.0))
+                await self._wait_for(topic, remaining)
             if request.offset < read.min_offset and not read.records:
                 raise IllegalOffsetError(
                     f"offset {request.offset} is below the queue's first retained offset "
@@ -174,13 +335,13 @@ class ConsumeHandlers:
             return
         yield sv.PullMessageResponse(status=mapping.status())
         for rec in read.records:
-            yield sv.PullMessageResponse(message=_pulled(rec))
+            yield sv.PullMessageResponse(message=mapping.message_from_record(rec))
         yield sv.PullMessageResponse(next_offset=read.next_offset)
 
     async def GetOffset(self, request: Any, context: Any) -> Any:
         try:
             topic, qid = self._queue(request.message_queue)
-            off = await self.run(self.parts.deliveries.offset, request.group.name, topic, qid)
+            off = await self.run(self.positions.offset, request.group.name, topic, qid)
             return sv.GetOffsetResponse(status=mapping.status(), offset=off)
         except Exception as exc:
             return sv.GetOffsetResponse(status=fail(exc))
@@ -190,11 +351,11 @@ class ConsumeHandlers:
             topic, qid = self._queue(request.message_queue)
             if not request.group.name:
                 raise errors.IllegalConsumerGroupError("consumer group is required")
-            lo, hi = self.parts.store.queue_offsets(topic, qid)
+            lo, hi = await self.run(self.store.queue_offsets, topic, qid)
             if not lo <= request.offset <= hi:
                 raise IllegalOffsetError(f"offset must be within [{lo}, {hi}]")
             await self.run(
-                self.parts.deliveries.set_offset, request.group.name, topic, qid, request.offset
+                self.positions.set_offset, request.group.name, topic, qid, request.offset
             )
             return sv.UpdateOffsetResponse(status=mapping.status())
         except Exception as exc:
@@ -203,7 +364,7 @@ class ConsumeHandlers:
     async def QueryOffset(self, request: Any, context: Any) -> Any:
         try:
             topic, qid = self._queue(request.message_queue)
-            lo, hi = self.parts.store.queue_offsets(topic, qid)
+            lo, hi = await self.run(self.store.queue_offsets, topic, qid)
             policy = request.query_offset_policy
             if policy == pb.BEGINNING:
                 off = lo
@@ -211,13 +372,86 @@ class ConsumeHandlers:
                 off = hi
             elif policy == pb.TIMESTAMP:
                 at = mapping.timestamp_ms(request.timestamp)
-                off = await self.run(self.parts.store.offset_for_timestamp, topic, qid, at)
+                off = await self.run(self.store.offset_for_timestamp, topic, qid, at)
             else:
                 raise BadRequestError(f"unknown query_offset_policy {policy}")
             return sv.QueryOffsetResponse(status=mapping.status(), offset=off)
-        except TxmqError as exc:
+        except Exception as exc:
             return sv.QueryOffsetResponse(status=fail(exc))
 
 
-def _pulled(rec: Record) -> Any:
-    return mapping.message_from_record(rec)
+def _message_queues(info: Any, endpoint: tuple[str, int]) -> list[Any]:
+    """The topic's queues on this broker, shaped as QueryRoute shapes them."""
+    host, port = endpoint
+    broker = pb.Broker(name="txmq", id=0)
+    parts = host.split(".")
+    is_ipv4 = len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+    broker.endpoints.scheme = pb.IPv4 if is_ipv4 else pb.DOMAIN_NAME
+    broker.endpoints.addresses.add(host=host, port=port)
+    types = (
+        list(mapping.WIRE_TYPES.values())
+        if info.accepts_all
+        else [mapping.WIRE_TYPES[info.message_type]]
+    )
+    return [
+        pb.MessageQueue(
+            topic=pb.Resource(name=info.name),
+            id=i,
+            permission=pb.READ_WRITE,
+            broker=broker,
+            accept_message_types=types,
+        )
+        for i in range(info.queue_count)
+    ]
+
+
+class ConsumeHandlers:
+    """Mixin for broker/service.py's ``Service``: its consumer RPCs delegate to one
+    ``ConsumeRpcs`` that shares the service's parts (positions, store, topics) and long-poll
+    wake-ups, so the service's background loops (sweep, save) act on the same state."""
+
+    parts: Parts
+    executor: ThreadPoolExecutor
+    _wait_for: Callable[[str, float], Awaitable[None]]
+
+    @functools.cached_property
+    def consume(self) -> ConsumeRpcs:
+        from txmq.broker.parts import wall_ms
+
+        p = self.parts
+        return ConsumeRpcs(
+            store=p.store,
+            topics=p.topics,
+            config=p.config,
+            now_ms=wall_ms,
+            executor=self.executor,
+            metrics=p.metrics,
+            positions=p.deliveries,
+            wait_for=self._wait_for,
+        )
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        async for item in self.consume.ReceiveMessage(request, context):
+            yield item
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        async for item in self.consume.PullMessage(request, context):
+            yield item
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        return await self.consume.AckMessage(request, context)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        return await self.consume.ChangeInvisibleDuration(request, context)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        return await self.consume.ForwardMessageToDeadLetterQueue(request, context)
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        return await self.consume.GetOffset(request, context)
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        return await self.consume.UpdateOffset(request, context)
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        return await self.consume.QueryOffset(request, context)

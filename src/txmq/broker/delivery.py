@@ -1,70 +1,90 @@
-"""Consumer-group delivery: POP-style receive, receipt handles, ack, redelivery, DLQ choice.
+"""The consumer-group delivery book: a pure core, no I/O and no clock (``now_ms`` is an argument).
 
-Owns: per (group, topic, queue) cursors (ack offset, next offset, acked set, in-flight messages
-with their invisible deadline and attempt), receipt handles (HMAC-signed, so a forged or stale
-handle is refused), and the decision to dead-letter after ``attempts_max`` deliveries. Persists
-positions in ``consumer-offsets.json`` (atomic). Thread-safe; called from the executor.
-Must not: use asyncio or read the wall clock (``now_ms`` is passed in), or append to the store
-(the caller appends DLQ copies, then calls ``settle``).
+Owns, per (group, topic, queue): the ack offset (lowest offset not yet settled), the scan offset
+(next offset never looked at), the settled offsets between them, the leases (messages handed to
+a consumer and invisible until their deadline, each with its attempt count and a sequence number
+that receipt handles must match), and for FIFO topics the messages held back behind an earlier
+message of their message group. It decides redelivery (attempt + 1 after the invisible time and
+a backoff), dead-lettering (after ``attempts_max`` deliveries) and FIFO order.
+Must not: read the store, append, sign handles, lock, or persist. The glue in
+``txmq.broker.offsets`` feeds it candidates read from the store and carries out its decisions.
 
-Semantics: at-least-once. A received message is invisible to the group until its deadline; an ack
-removes it; an expired one is delivered again with attempt + 1, and after ``attempts_max``
-deliveries it is dead-lettered instead. After a restart, every message not acked is delivered
-again (positions are saved at most ``save_interval`` late, so a just-acked message may repeat).
-FIFO topics deliver one message per queue at a time, in queue order.
+Semantics: at-least-once. A settled offset (acked, dead-lettered, filtered out by tag, or gone
+by retention) is never delivered to the group again. Every other offset in [ack, scan) is leased
+or held. The window scan - ack never exceeds ``window_max``, which bounds every structure here.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
-import os
-import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from txmq import limits
-from txmq.errors import InvalidReceiptHandleError
+from txmq.errors import InvalidReceiptHandleError, invariant
 from txmq.model import Record
-from txmq.store.disk import Disk
-from txmq.store.store import Store
+
+if TYPE_CHECKING:
+    # For type checkers only; see __getattr__ at the end of this module.
+    from txmq.broker.offsets import ConsumerPositions as Deliveries
+
+    __all__ = ["Deliveries"]
+
+# A lease picked for the DLQ stays invisible this long while the copy is appended; if the
+# append fails, the sweep decides again after it instead of losing the message.
+DEAD_LETTER_HOLD_MS = 60_000
 
 
-@dataclass
-class Inflight:
+class QueueKey(NamedTuple):
+    group: str
+    topic: str
+    queue_id: int
+
+
+class Candidate(NamedTuple):
+    """A message the store returned for a scan: its offset and FIFO message group ("" = none)."""
+
     queue_offset: int
-    attempt: int
-    deadline_ms: int
-    seq: int
+    message_group: str
 
 
 @dataclass
-class Cursor:
-    ack_offset: int
-    next_offset: int
-    done: set[int] = field(default_factory=set)
-    inflight: dict[int, Inflight] = field(default_factory=dict)
-
-    def mark_done(self, queue_offset: int) -> None:
-        self.inflight.pop(queue_offset, None)
-        if queue_offset >= self.ack_offset:
-            self.done.add(queue_offset)
-        while self.ack_offset in self.done:
-            self.done.remove(self.ack_offset)
-            self.ack_offset += 1
+class Lease:
+    queue_offset: int
+    message_group: str
+    attempt: int
+    seq: int
+    delivered_ms: int
+    deadline_ms: int
+    # When an expired lease may be delivered again: the deadline, or later if the backoff for
+    # this attempt says so. A client that set the deadline itself gets exactly its deadline.
+    visible_ms: int
+    dead: bool = False
 
 
 @dataclass(frozen=True)
-class Delivery:
-    record: Record
-    receipt_handle: str
+class Grant:
+    """Deliver this offset now, with this attempt number; the receipt handle carries ``seq``."""
+
+    key: QueueKey
+    queue_offset: int
     attempt: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class Expired:
+    """Dead-letter this offset: it was delivered ``attempts`` times without an ack."""
+
+    key: QueueKey
+    queue_offset: int
+    attempts: int
 
 
 @dataclass(frozen=True)
 class DeadLetter:
+    """An ``Expired`` decision with its record, ready for the glue to append to the DLQ."""
+
     group: str
     topic: str
     queue_id: int
@@ -74,273 +94,292 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
-class Handle:
-    group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    seq: int
+class Position:
+    """What survives a restart: the ack offset, settled offsets above it, attempts so far."""
+
+    ack_offset: int
+    settled: tuple[int, ...] = ()
+    attempts: tuple[tuple[int, int], ...] = ()
 
 
-class Deliveries:
-    def __init__(self, store: Store, data_dir: Path, disk: Disk, *, attempts_max: int) -> None:
-        self.store = store
-        self.path = data_dir / "consumer-offsets.json"
-        self.disk = disk
-        self.attempts_max = attempts_max
-        self._lock = threading.Lock()
-        self._cursors: dict[tuple[str, str, int], Cursor] = {}
-        self._seq = 0
-        self._dirty = False
-        secret_path = data_dir / "receipt-secret"
-        if not disk.exists(secret_path):
-            disk.write_atomic(secret_path, os.urandom(32).hex().encode())
-        self._secret = bytes.fromhex(disk.read_all(secret_path).decode())
-        if disk.exists(self.path):
-            for key, (ack, done) in json.loads(disk.read_all(self.path)).items():
-                group, topic, qid = key.split("\n")
-                self._cursors[(group, topic, int(qid))] = Cursor(ack, ack, set(done))
+@dataclass
+class QueueBook:
+    ack_offset: int
+    scan_offset: int
+    settled: set[int] = field(default_factory=set)
+    leases: dict[int, Lease] = field(default_factory=dict)
+    # FIFO only: scanned offsets waiting for their message group, in offset order.
+    held: dict[int, str] = field(default_factory=dict)
+    # Message groups with a lease, each mapped to that lease's offset (FIFO only).
+    busy: dict[str, int] = field(default_factory=dict)
+    # Attempts made before a restart, for offsets not yet leased again.
+    prior_attempts: dict[int, int] = field(default_factory=dict)
 
-    # --- Receipt handles. -------------------------------------------------------------------
+    def check(self) -> None:
+        invariant(self.ack_offset <= self.scan_offset, "ack offset passed the scan offset")
+        invariant(self.ack_offset not in self.settled, "the ack offset itself is settled")
+        invariant(self.ack_offset not in self.held, "the ack offset is both held and settled")
 
-    def _encode_handle(self, h: Handle) -> str:
-        raw = json.dumps([h.group, h.topic, h.queue_id, h.queue_offset, h.seq]).encode()
-        sig = hmac.new(self._secret, raw, hashlib.sha256).digest()[:12]
-        return base64.urlsafe_b64encode(sig + raw).decode()
 
-    def decode_handle(self, text: str) -> Handle:
-        try:
-            blob = base64.urlsafe_b64decode(text.encode())
-            sig, raw = blob[:12], blob[12:]
-            good = hmac.compare_digest(
-                sig, hmac.new(self._secret, raw, hashlib.sha256).digest()[:12]
-            )
-            if not good:
-                raise InvalidReceiptHandleError("receipt handle signature does not match")
-            g, t, q, o, s = json.loads(raw)
-            return Handle(str(g), str(t), int(q), int(o), int(s))
-        except (ValueError, TypeError) as exc:
-            raise InvalidReceiptHandleError(f"malformed receipt handle: {exc}") from exc
+class DeliveryBook:
+    """Every queue book of a broker. ``receive``-side calls return decisions; the caller reads
+    the records and calls back ``settle`` once a dead letter is durable or a record is gone."""
 
-    # --- Receiving. ---------------------------------------------------------------------------
-
-    def _cursor(self, group: str, topic: str, queue_id: int) -> Cursor:
-        key = (group, topic, queue_id)
-        c = self._cursors.get(key)
-        if c is None:
-            # A new group starts at the earliest retained message of the queue.
-            start = self.store.queue_offsets(topic, queue_id)[0]
-            c = Cursor(start, start)
-            self._cursors[key] = c
-        return c
-
-    def receive(
+    def __init__(
         self,
-        group: str,
-        topic: str,
-        queue_ids: list[int],
         *,
-        tags: frozenset[str] | None,
-        batch: int,
-        invisible_ms: int,
-        now_ms: int,
-        fifo: bool,
-    ) -> tuple[list[Delivery], list[DeadLetter]]:
-        """Pick up to ``batch`` messages: expired in-flight ones first, then new ones."""
-        out: list[Delivery] = []
-        dead: list[DeadLetter] = []
-        with self._lock:
-            for qid in queue_ids:
-                if len(out) >= batch:
-                    break
-                c = self._cursor(group, topic, qid)
-                self._redeliver(
-                    c, group, topic, qid, batch - len(out), invisible_ms, now_ms, out, dead
-                )
-                if fifo and c.inflight:
-                    continue
-                want = 1 if fifo else batch - len(out)
-                self._fresh(c, group, topic, qid, tags, want, invisible_ms, now_ms, out)
-        return out, dead
-
-    def _redeliver(
-        self,
-        c: Cursor,
-        group: str,
-        topic: str,
-        qid: int,
-        room: int,
-        invisible_ms: int,
-        now_ms: int,
-        out: list[Delivery],
-        dead: list[DeadLetter],
+        attempts_max: int,
+        backoff_initial_ms: int,
+        backoff_max_ms: int,
+        window_max: int = limits.INFLIGHT_PER_GROUP_QUEUE_MAX,
     ) -> None:
-        expired = sorted(o for o, f in c.inflight.items() if f.deadline_ms <= now_ms)
-        for off in expired[:room]:
-            f = c.inflight[off]
-            rec = self._read(topic, qid, off)
-            if rec is None:
-                c.mark_done(off)  # retention removed it: nothing left to deliver
-                continue
-            if f.attempt >= self.attempts_max:
-                f.deadline_ms = now_ms + invisible_ms  # hidden while the DLQ copy is written
-                dead.append(DeadLetter(group, topic, qid, off, rec, f.attempt))
-                continue
-            out.append(
-                self._deliver(c, group, topic, qid, rec, f.attempt + 1, invisible_ms, now_ms)
-            )
+        invariant(attempts_max >= 1, "attempts_max must be >= 1")
+        invariant(0 < backoff_initial_ms <= backoff_max_ms, "bad backoff bounds")
+        invariant(window_max >= 1, "window_max must be >= 1")
+        self.attempts_max = attempts_max
+        self.backoff_initial_ms = backoff_initial_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.window_max = window_max
+        self.books: dict[QueueKey, QueueBook] = {}
+        self._seq = 0
 
-    def _fresh(
-        self,
-        c: Cursor,
-        group: str,
-        topic: str,
-        qid: int,
-        tags: frozenset[str] | None,
-        want: int,
-        invisible_ms: int,
-        now_ms: int,
-        out: list[Delivery],
-    ) -> None:
-        if want <= 0 or len(c.inflight) >= limits.INFLIGHT_PER_GROUP_QUEUE_MAX:
+    # --- Queue books. ----------------------------------------------------------------------------
+
+    def open(self, key: QueueKey, start_offset: int) -> QueueBook:
+        """The book of ``key``, created at ``start_offset`` for a group new to this queue."""
+        book = self.books.get(key)
+        if book is None:
+            invariant(start_offset >= 0, "start offset must be >= 0")
+            book = QueueBook(start_offset, start_offset)
+            self.books[key] = book
+        return book
+
+    def restore(self, key: QueueKey, position: Position) -> None:
+        """Load a saved position: leases from before the restart are delivered again."""
+        book = QueueBook(position.ack_offset, position.ack_offset)
+        book.settled = {o for o in position.settled if o > position.ack_offset}
+        book.prior_attempts = {o: n for o, n in position.attempts if o >= position.ack_offset}
+        book.check()
+        self.books[key] = book
+
+    def reset(self, key: QueueKey, offset: int) -> None:
+        """Move a group to ``offset`` (UpdateOffset); outstanding receipt handles become stale."""
+        invariant(offset >= 0, "offset must be >= 0")
+        self.books[key] = QueueBook(offset, offset)
+
+    def clamp(self, key: QueueKey, min_offset: int) -> None:
+        """Retention removed offsets below ``min_offset``: nothing there can be delivered."""
+        book = self.books[key]
+        if book.ack_offset >= min_offset:
             return
-        lo, hi = self.store.queue_offsets(topic, qid)
-        c.next_offset = max(c.next_offset, lo)
-        if c.ack_offset < lo:
-            c.ack_offset = lo
-        while c.next_offset < hi and want > 0:
-            start = c.next_offset
-            read = self.store.read_queue(topic, qid, start, want, tags=tags)
-            got = {r.queue_offset for r in read.records}
-            for off in range(start, read.next_offset):
-                if off not in got and off not in c.inflight:
-                    c.mark_done(off)  # filtered out by tag: nothing to deliver to this group
-            c.next_offset = read.next_offset
-            for rec in read.records:
-                if rec.queue_offset in c.done or rec.queue_offset in c.inflight:
-                    continue
-                out.append(self._deliver(c, group, topic, qid, rec, 1, invisible_ms, now_ms))
-                want -= 1
-            self._dirty = True
-            if read.next_offset == start:
+        for off in [o for o in book.leases if o < min_offset]:
+            self._drop_lease(book, off)
+        for off in [o for o in book.held if o < min_offset]:
+            del book.held[off]
+        book.settled = {o for o in book.settled if o >= min_offset}
+        book.prior_attempts = {o: n for o, n in book.prior_attempts.items() if o >= min_offset}
+        book.ack_offset = min_offset
+        book.scan_offset = max(book.scan_offset, min_offset)
+        self._advance(book)
+
+    def positions(self) -> Iterator[tuple[QueueKey, Position]]:
+        for key, book in self.books.items():
+            attempts = {**book.prior_attempts, **{o: f.attempt for o, f in book.leases.items()}}
+            settled = tuple(sorted(book.settled))
+            yield key, Position(book.ack_offset, settled, tuple(sorted(attempts.items())))
+
+    # --- Receiving. ------------------------------------------------------------------------------
+
+    def backoff_ms(self, attempt: int) -> int:
+        """Delay before attempt + 1: initial, doubling per attempt, capped."""
+        invariant(attempt >= 1, "attempt must be >= 1")
+        return min(self.backoff_initial_ms << min(attempt - 1, 40), self.backoff_max_ms)
+
+    def take_due(
+        self, key: QueueKey, *, now_ms: int, invisible_ms: int, room: int
+    ) -> tuple[list[Grant], list[Expired]]:
+        """Expired leases (redelivered, or dead-lettered after their last attempt) and, for FIFO,
+        held messages whose group is free again; at most ``room`` grants."""
+        book = self.books[key]
+        grants: list[Grant] = []
+        dead: list[Expired] = []
+        for off in sorted(o for o, f in book.leases.items() if f.visible_ms <= now_ms):
+            lease = book.leases[off]
+            if lease.attempt >= self.attempts_max:
+                dead.append(self._hold_dead(key, lease, now_ms))
+            elif len(grants) < room:
+                grants.append(
+                    self._lease(key, book, lease, lease.attempt + 1, now_ms, invisible_ms)
+                )
+        for off, group in list(book.held.items()):
+            if len(grants) >= room:
                 break
+            if group not in book.busy:
+                del book.held[off]
+                got = self._grant_new(key, book, Candidate(off, group), now_ms, invisible_ms)
+                if isinstance(got, Expired):
+                    dead.append(got)
+                else:
+                    grants.append(got)
+        return grants, dead
 
-    def _deliver(
+    def scan_window(self, key: QueueKey, want: int) -> tuple[int, int]:
+        """Where the next store read starts and how many entries it may look at."""
+        book = self.books[key]
+        room = self.window_max - (book.scan_offset - book.ack_offset)
+        return book.scan_offset, max(0, min(want, room, limits.READ_BATCH_MAX))
+
+    def offer(
         self,
-        c: Cursor,
-        group: str,
-        topic: str,
-        qid: int,
-        rec: Record,
-        attempt: int,
-        invisible_ms: int,
+        key: QueueKey,
+        scanned_to: int,
+        candidates: Iterable[Candidate],
+        *,
         now_ms: int,
-    ) -> Delivery:
+        invisible_ms: int,
+        room: int,
+        fifo: bool,
+    ) -> tuple[list[Grant], list[Expired]]:
+        """Take the result of a store read over [scan offset, ``scanned_to``): offsets without a
+        candidate were filtered out for this group and are settled; candidates are granted
+        (FIFO: only the first unsettled message of each message group), others held."""
+        book = self.books[key]
+        invariant(scanned_to >= book.scan_offset, "a scan went backwards")
+        # A filtered read may step over up to READ_SCAN_ENTRIES_MAX entries past its window.
+        span_max = self.window_max + limits.READ_SCAN_ENTRIES_MAX
+        invariant(scanned_to - book.ack_offset <= span_max, "a scan went past the window")
+        start, book.scan_offset = book.scan_offset, scanned_to
+        offered: set[int] = set()
+        grants: list[Grant] = []
+        dead: list[Expired] = []
+        for cand in candidates:
+            invariant(start <= cand.queue_offset < scanned_to, "candidate outside the scan")
+            offered.add(cand.queue_offset)
+            group = cand.message_group if fifo else ""
+            if fifo and (group in book.busy or len(grants) >= room):
+                book.held[cand.queue_offset] = group
+                continue
+            invariant(len(grants) < room or fifo, "a non-FIFO scan returned more than room")
+            got = self._grant_new(
+                key, book, Candidate(cand.queue_offset, group), now_ms, invisible_ms
+            )
+            if isinstance(got, Expired):
+                dead.append(got)
+            else:
+                grants.append(got)
+        for off in range(start, scanned_to):
+            if off not in offered:
+                self._settle(book, off)
+        return grants, dead
+
+    def _grant_new(
+        self, key: QueueKey, book: QueueBook, cand: Candidate, now_ms: int, invisible_ms: int
+    ) -> Grant | Expired:
+        prior = book.prior_attempts.pop(cand.queue_offset, 0)
+        lease = Lease(cand.queue_offset, cand.message_group, prior, 0, now_ms, now_ms, now_ms)
+        book.leases[cand.queue_offset] = lease
+        if cand.message_group:
+            book.busy[cand.message_group] = cand.queue_offset
+        if prior >= self.attempts_max:
+            return self._hold_dead(key, lease, now_ms)  # it used its last attempt before a restart
+        return self._lease(key, book, lease, prior + 1, now_ms, invisible_ms)
+
+    def _lease(
+        self, key: QueueKey, book: QueueBook, lease: Lease, attempt: int, now_ms: int, inv_ms: int
+    ) -> Grant:
+        invariant(1 <= attempt <= self.attempts_max, "attempt out of range")
         self._seq += 1
-        off = rec.queue_offset
-        c.inflight[off] = Inflight(off, attempt, now_ms + invisible_ms, self._seq)
-        handle = self._encode_handle(Handle(group, topic, qid, off, self._seq))
-        return Delivery(rec, handle, attempt)
+        lease.attempt = attempt
+        lease.seq = self._seq
+        lease.delivered_ms = now_ms
+        lease.deadline_ms = now_ms + inv_ms
+        lease.visible_ms = max(lease.deadline_ms, now_ms + self.backoff_ms(attempt))
+        return Grant(key, lease.queue_offset, attempt, lease.seq)
 
-    def _read(self, topic: str, qid: int, off: int) -> Record | None:
-        read = self.store.read_queue(topic, qid, off, 1)
-        if not read.records or read.records[0].queue_offset != off:
-            return None
-        return read.records[0]
+    def _hold_dead(self, key: QueueKey, lease: Lease, now_ms: int) -> Expired:
+        self._seq += 1
+        lease.seq = self._seq  # the consumer's handle is stale from now on
+        lease.dead = True
+        lease.deadline_ms = lease.visible_ms = now_ms + DEAD_LETTER_HOLD_MS
+        return Expired(key, lease.queue_offset, lease.attempt)
 
-    def sweep_dead(self, now_ms: int, limit: int = 256) -> list[DeadLetter]:
-        """Expired messages that used their last attempt, even if nobody receives any more:
-        a group whose consumers all left must still dead-letter what they failed on."""
-        dead: list[DeadLetter] = []
-        with self._lock:
-            for (group, topic, qid), c in self._cursors.items():
-                for off, f in list(c.inflight.items()):
-                    if len(dead) >= limit:
-                        return dead
-                    if f.deadline_ms > now_ms or f.attempt < self.attempts_max:
-                        continue
-                    rec = self._read(topic, qid, off)
-                    if rec is None:
-                        c.mark_done(off)
-                        continue
-                    f.deadline_ms = now_ms + 60_000  # hidden while the DLQ copy is written
-                    dead.append(DeadLetter(group, topic, qid, off, rec, f.attempt))
-        return dead
+    def sweep(self, now_ms: int, limit: int) -> list[Expired]:
+        """Expired last attempts in every queue, so a group whose consumers all left still
+        dead-letters what they failed on."""
+        out: list[Expired] = []
+        for key, book in self.books.items():
+            for lease in list(book.leases.values()):
+                if len(out) >= limit:
+                    return out
+                if lease.visible_ms <= now_ms and lease.attempt >= self.attempts_max:
+                    out.append(self._hold_dead(key, lease, now_ms))
+        return out
 
-    # --- Acks and invisibility. ----------------------------------------------------------------
+    # --- Handles. --------------------------------------------------------------------------------
 
-    def _match(self, group: str, text: str) -> tuple[Cursor, Handle, Inflight]:
-        h = self.decode_handle(text)
-        if h.group != group:
-            raise InvalidReceiptHandleError("receipt handle belongs to another consumer group")
-        c = self._cursors.get((h.group, h.topic, h.queue_id))
-        f = c.inflight.get(h.queue_offset) if c else None
-        if c is None or f is None or f.seq != h.seq:
+    def lease_for(self, key: QueueKey, queue_offset: int, seq: int) -> Lease:
+        """The live lease a receipt handle names, or InvalidReceiptHandleError if it is stale."""
+        book = self.books.get(key)
+        lease = book.leases.get(queue_offset) if book is not None else None
+        if lease is None or lease.seq != seq or lease.dead:
             raise InvalidReceiptHandleError(
-                "receipt handle is stale: the message was acked, redelivered or expired"
+                "receipt handle is stale: the message was acked, redelivered or dead-lettered"
             )
-        return c, h, f
+        return lease
 
-    def ack(self, group: str, handle: str) -> None:
-        with self._lock:
-            c, h, _ = self._match(group, handle)
-            c.mark_done(h.queue_offset)
-            self._dirty = True
+    def ack(self, key: QueueKey, queue_offset: int, seq: int) -> None:
+        self.lease_for(key, queue_offset, seq)
+        self._settle(self.books[key], queue_offset)
 
-    def change_invisible(self, group: str, handle: str, invisible_ms: int, now_ms: int) -> str:
-        with self._lock:
-            _c, h, f = self._match(group, handle)
-            self._seq += 1
-            f.seq = self._seq
-            f.deadline_ms = now_ms + invisible_ms
-            return self._encode_handle(
-                Handle(h.group, h.topic, h.queue_id, h.queue_offset, self._seq)
-            )
+    def change_invisible(
+        self, key: QueueKey, queue_offset: int, seq: int, *, now_ms: int, invisible_ms: int
+    ) -> int:
+        """The client chose when to see the message again: honour exactly that time. Returns
+        the new seq (the old handle is stale)."""
+        lease = self.lease_for(key, queue_offset, seq)
+        self._seq += 1
+        lease.seq = self._seq
+        lease.deadline_ms = lease.visible_ms = now_ms + invisible_ms
+        return lease.seq
 
-    def take_for_dead_letter(self, group: str, handle: str) -> DeadLetter:
-        """Client-requested DLQ (ForwardMessageToDeadLetterQueue)."""
-        with self._lock:
-            _c, h, f = self._match(group, handle)
-            rec = self._read(h.topic, h.queue_id, h.queue_offset)
-            if rec is None:
-                raise InvalidReceiptHandleError("message is no longer retained")
-            return DeadLetter(group, h.topic, h.queue_id, h.queue_offset, rec, f.attempt)
+    def take_for_dead_letter(
+        self, key: QueueKey, queue_offset: int, seq: int, now_ms: int
+    ) -> Expired:
+        """The client gave up (ForwardMessageToDeadLetterQueue): hide it until ``settle``."""
+        return self._hold_dead(key, self.lease_for(key, queue_offset, seq), now_ms)
 
-    def settle(self, dead: DeadLetter) -> None:
-        """The DLQ copy is durable: the original counts as consumed."""
-        with self._lock:
-            self._cursors[(dead.group, dead.topic, dead.queue_id)].mark_done(dead.queue_offset)
-            self._dirty = True
+    def settle(self, key: QueueKey, queue_offset: int) -> None:
+        """The offset is done for the group: its dead letter is durable, or the record is gone."""
+        book = self.books.get(key)
+        if book is not None and queue_offset >= book.ack_offset:
+            book.held.pop(queue_offset, None)
+            self._settle(book, queue_offset)
 
-    # --- Positions. ------------------------------------------------------------------------------
+    def _settle(self, book: QueueBook, queue_offset: int) -> None:
+        if queue_offset in book.leases:
+            self._drop_lease(book, queue_offset)
+        if queue_offset >= book.ack_offset:
+            book.settled.add(queue_offset)
+        self._advance(book)
 
-    def positions(self) -> list[tuple[str, str, int, int, int]]:
-        """(group, topic, queue, ack offset, in-flight count) for every cursor."""
-        with self._lock:
-            return [
-                (g, t, q, c.ack_offset, len(c.inflight))
-                for (g, t, q), c in sorted(self._cursors.items())
-            ]
+    def _drop_lease(self, book: QueueBook, queue_offset: int) -> None:
+        lease = book.leases.pop(queue_offset)
+        if book.busy.get(lease.message_group) == queue_offset:
+            del book.busy[lease.message_group]
 
-    def set_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        with self._lock:
-            self._cursors[(group, topic, queue_id)] = Cursor(offset, offset)
-            self._dirty = True
+    def _advance(self, book: QueueBook) -> None:
+        while book.ack_offset in book.settled:
+            book.settled.remove(book.ack_offset)
+            book.ack_offset += 1
+        book.check()
 
-    def offset(self, group: str, topic: str, queue_id: int) -> int:
-        with self._lock:
-            return self._cursor(group, topic, queue_id).ack_offset
 
-    def save(self, *, force: bool = False) -> None:
-        with self._lock:
-            if not (self._dirty or force):
-                return
-            data = {
-                f"{g}\n{t}\n{q}": [
-                    c.ack_offset,
-                    sorted(c.done)[: limits.INFLIGHT_PER_GROUP_QUEUE_MAX],
-                ]
-                for (g, t, q), c in self._cursors.items()
-            }
-            self._dirty = False
-        self.disk.write_atomic(self.path, json.dumps(data).encode())
+def __getattr__(name: str) -> object:
+    # The broker wiring written before this module became pure (broker/parts.py) imports
+    # ``Deliveries`` from here; the class now lives with the store glue in offsets.py. Imported
+    # lazily so this module itself never imports the store.
+    if name == "Deliveries":
+        from txmq.broker.offsets import ConsumerPositions
+
+        return ConsumerPositions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,342 @@
+"""Consumer positions: the live delivery book over the store, and its file that survives restarts.
+
+Owns: ``OffsetFile`` (per (group, topic, queue): ack offset, settled offsets above it as ranges,
+attempts of leased messages; JSON written atomically with write-temp + fsync + rename + directory
+fsync, so a crash leaves the old or the new file, never half of one) and ``ConsumerPositions``,
+the glue that runs the pure ``DeliveryBook`` behind a lock: it reads candidates and records from
+the store, signs receipt handles, and turns the book's decisions into deliveries and dead letters.
+Blocking and thread-safe: the broker calls it from its executor.
+Must not: speak gRPC, append to the store (the caller appends a DLQ copy, then calls ``settle``),
+or hold state the book does not (the book is the truth; this file is its snapshot).
+
+Positions are saved when ``save`` runs (the broker does every second, and at close), so after a
+crash an ack from the last second may be lost and that message delivered again: at-least-once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from txmq import limits
+from txmq.broker.delivery import (
+    Candidate,
+    DeadLetter,
+    DeliveryBook,
+    Expired,
+    Grant,
+    Position,
+    QueueKey,
+)
+from txmq.broker.receipt import Receipt, ReceiptCodec
+from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
+from txmq.model import PROP_MESSAGE_GROUP, Record
+from txmq.store.disk import Disk, OsDisk
+from txmq.store.store import Store
+
+FILE_NAME = "consumer-positions.json"
+_FORMAT_VERSION = 1
+# Store reads one receive may make per queue; each advances the scan, so this only stops a
+# pathological filter from turning one receive into a walk over the whole queue.
+SCANS_PER_QUEUE_MAX = 8
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _ranges(offsets: Iterable[int]) -> list[list[int]]:
+    """Sorted offsets -> [[first, last], ...]: filtered-out offsets come in long runs."""
+    out: list[list[int]] = []
+    for off in sorted(offsets):
+        if out and out[-1][1] + 1 == off:
+            out[-1][1] = off
+        else:
+            out.append([off, off])
+    return out
+
+
+class OffsetFile:
+    def __init__(self, path: Path, disk: Disk | None = None) -> None:
+        self.path = path
+        self.disk = disk if disk is not None else OsDisk()
+
+    def save(self, positions: Iterable[tuple[QueueKey, Position]]) -> None:
+        rows = [
+            {
+                "group": k.group,
+                "topic": k.topic,
+                "queue": k.queue_id,
+                "ack": p.ack_offset,
+                "settled": _ranges(p.settled),
+                "attempts": [list(a) for a in p.attempts],
+            }
+            for k, p in positions
+        ]
+        data = json.dumps({"version": _FORMAT_VERSION, "positions": rows}, separators=(",", ":"))
+        self.disk.write_atomic(self.path, data.encode())
+
+    def load(self) -> dict[QueueKey, Position]:
+        if not self.disk.exists(self.path):
+            return {}
+        try:
+            raw = json.loads(self.disk.read_all(self.path))
+            if raw.get("version") != _FORMAT_VERSION:
+                raise ValueError(f"unknown format version {raw.get('version')!r}")
+            return dict(_row(r) for r in raw["positions"])
+        except (ValueError, KeyError, TypeError) as exc:
+            # Writes are atomic, so this is not a torn write: someone edited or damaged it.
+            raise ConfigError(f"consumer positions file {self.path} is unreadable: {exc}") from exc
+
+
+def _row(r: dict[str, Any]) -> tuple[QueueKey, Position]:
+    settled = tuple(o for lo, hi in r["settled"] for o in range(int(lo), int(hi) + 1))
+    attempts = tuple((int(o), int(n)) for o, n in r["attempts"])
+    key = QueueKey(str(r["group"]), str(r["topic"]), int(r["queue"]))
+    return key, Position(int(r["ack"]), settled, attempts)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    record: Record
+    receipt_handle: str
+    attempt: int
+
+
+class ConsumerPositions:
+    def __init__(
+        self,
+        store: Store,
+        data_dir: Path,
+        disk: Disk | None = None,
+        *,
+        attempts_max: int,
+        backoff_initial_ms: int = 1_000,
+        backoff_max_ms: int = 60_000,
+        now_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.store = store
+        self.now_ms = now_ms
+        self.file = OffsetFile(data_dir / FILE_NAME, disk)
+        self.book = DeliveryBook(
+            attempts_max=attempts_max,
+            backoff_initial_ms=backoff_initial_ms,
+            backoff_max_ms=backoff_max_ms,
+        )
+        # A fresh secret per run: handles from before a restart no longer verify, which is
+        # right because their leases did not survive either.
+        self.codec = ReceiptCodec(os.urandom(32))
+        self._lock = threading.Lock()
+        self._save_lock = threading.Lock()
+        self._dirty = False
+        for key, position in self.file.load().items():
+            self.book.restore(key, position)
+
+    # --- Receiving. ------------------------------------------------------------------------------
+
+    def _open(self, key: QueueKey) -> None:
+        lo = self.store.queue_offsets(key.topic, key.queue_id)[0]
+        if key not in self.book.books:
+            if len(self.book.books) >= limits.CONSUMER_QUEUES_MAX:
+                raise TooManyRequestsError(
+                    f"too many (group, topic, queue) positions: {limits.CONSUMER_QUEUES_MAX}"
+                )
+            # A new group starts at the earliest retained message of the queue.
+            self.book.open(key, lo)
+        self.book.clamp(key, lo)
+
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        queue_ids: list[int],
+        *,
+        tags: frozenset[str] | None,
+        batch: int,
+        invisible_ms: int,
+        now_ms: int,
+        fifo: bool,
+    ) -> tuple[list[Delivery], list[DeadLetter]]:
+        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue."""
+        invariant(1 <= batch <= limits.RECEIVE_BATCH_MAX, "batch out of range")
+        out: list[Delivery] = []
+        dead: list[DeadLetter] = []
+        with self._lock:
+            for qid in queue_ids:
+                if len(out) >= batch:
+                    break
+                key = QueueKey(group, topic, qid)
+                self._open(key)
+                grants, expired = self.book.take_due(
+                    key, now_ms=now_ms, invisible_ms=invisible_ms, room=batch - len(out)
+                )
+                self._collect(grants, expired, {}, out, dead)
+                self._scan(key, tags, batch, invisible_ms, now_ms, fifo, out, dead)
+            self._dirty = True
+        return out, dead
+
+    def _scan(
+        self,
+        key: QueueKey,
+        tags: frozenset[str] | None,
+        batch: int,
+        invisible_ms: int,
+        now_ms: int,
+        fifo: bool,
+        out: list[Delivery],
+        dead: list[DeadLetter],
+    ) -> None:
+        for _ in range(SCANS_PER_QUEUE_MAX):
+            room = batch - len(out)
+            # FIFO reads past held messages to find other groups' heads, so it reads a batch.
+            start, count = self.book.scan_window(key, limits.RECEIVE_BATCH_MAX if fifo else room)
+            if room <= 0 or count <= 0:
+                return
+            if start >= self.store.queue_offsets(key.topic, key.queue_id)[1]:
+                return
+            read = self.store.read_queue(key.topic, key.queue_id, start, count, tags=tags)
+            if read.next_offset <= start:
+                return
+            cands = [Candidate(r.queue_offset, _group_of(r)) for r in read.records]
+            grants, expired = self.book.offer(
+                key,
+                read.next_offset,
+                cands,
+                now_ms=now_ms,
+                invisible_ms=invisible_ms,
+                room=room,
+                fifo=fifo,
+            )
+            self._collect(grants, expired, {r.queue_offset: r for r in read.records}, out, dead)
+
+    def _collect(
+        self,
+        grants: list[Grant],
+        expired: list[Expired],
+        known: dict[int, Record],
+        out: list[Delivery],
+        dead: list[DeadLetter],
+    ) -> None:
+        for g in grants:
+            rec = known.get(g.queue_offset) or self._read(g.key, g.queue_offset)
+            if rec is None:
+                continue
+            receipt = Receipt(g.key.group, g.key.topic, g.key.queue_id, g.queue_offset, g.seq)
+            out.append(Delivery(rec, self.codec.encode(receipt), g.attempt))
+        dead.extend(self._dead_letters(expired, known))
+
+    def _dead_letters(self, expired: list[Expired], known: dict[int, Record]) -> list[DeadLetter]:
+        out: list[DeadLetter] = []
+        for e in expired:
+            rec = known.get(e.queue_offset) or self._read(e.key, e.queue_offset)
+            if rec is not None:
+                k = e.key
+                out.append(
+                    DeadLetter(k.group, k.topic, k.queue_id, e.queue_offset, rec, e.attempts)
+                )
+        return out
+
+    def _read(self, key: QueueKey, queue_offset: int) -> Record | None:
+        """The record at an offset, or None (and the offset settled) if retention removed it."""
+        read = self.store.read_queue(key.topic, key.queue_id, queue_offset, 1)
+        if read.records and read.records[0].queue_offset == queue_offset:
+            return read.records[0]
+        self.book.settle(key, queue_offset)
+        return None
+
+    def sweep_dead(self, now_ms: int, limit: int = 256) -> list[DeadLetter]:
+        """Expired last attempts of every group, including groups with no consumer left."""
+        with self._lock:
+            return self._dead_letters(self.book.sweep(now_ms, limit), {})
+
+    # --- Handles. --------------------------------------------------------------------------------
+
+    def decode_handle(self, group: str, text: str) -> Receipt:
+        r = self.codec.decode(text)
+        if r.group != group:
+            raise InvalidReceiptHandleError("receipt handle belongs to another consumer group")
+        return r
+
+    def ack(self, group: str, handle: str) -> None:
+        r = self.decode_handle(group, handle)
+        with self._lock:
+            self.book.ack(QueueKey(r.group, r.topic, r.queue_id), r.queue_offset, r.seq)
+            self._dirty = True
+
+    def change_invisible(self, group: str, handle: str, invisible_ms: int, now_ms: int) -> str:
+        r = self.decode_handle(group, handle)
+        key = QueueKey(r.group, r.topic, r.queue_id)
+        with self._lock:
+            seq = self.book.change_invisible(
+                key, r.queue_offset, r.seq, now_ms=now_ms, invisible_ms=invisible_ms
+            )
+        return self.codec.encode(Receipt(r.group, r.topic, r.queue_id, r.queue_offset, seq))
+
+    def take_for_dead_letter(
+        self, group: str, handle: str, now_ms: int | None = None
+    ) -> DeadLetter:
+        """The consumer gave up on a message (ForwardMessageToDeadLetterQueue)."""
+        r = self.decode_handle(group, handle)
+        key = QueueKey(r.group, r.topic, r.queue_id)
+        with self._lock:
+            lease = self.book.lease_for(key, r.queue_offset, r.seq)
+            rec = self._read(key, r.queue_offset)
+            if rec is None:
+                raise InvalidReceiptHandleError("the message is no longer retained")
+            at = self.now_ms() if now_ms is None else now_ms
+            e = self.book.take_for_dead_letter(key, lease.queue_offset, lease.seq, at)
+            return DeadLetter(group, r.topic, r.queue_id, r.queue_offset, rec, e.attempts)
+
+    def settle(self, dead: DeadLetter) -> None:
+        """The DLQ copy is durable: the original counts as consumed."""
+        with self._lock:
+            self.book.settle(QueueKey(dead.group, dead.topic, dead.queue_id), dead.queue_offset)
+            self._dirty = True
+
+    # --- Positions. ------------------------------------------------------------------------------
+
+    def positions(self) -> list[tuple[str, str, int, int, int]]:
+        """(group, topic, queue, ack offset, leased count) for every queue book."""
+        with self._lock:
+            return [
+                (k.group, k.topic, k.queue_id, b.ack_offset, len(b.leases))
+                for k, b in sorted(self.book.books.items())
+            ]
+
+    def set_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self._lock:
+            self.book.reset(QueueKey(group, topic, queue_id), offset)
+            self._dirty = True
+
+    def offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's ack offset, or the queue's first retained offset for a new group."""
+        key = QueueKey(group, topic, queue_id)
+        with self._lock:
+            book = self.book.books.get(key)
+            if book is not None:
+                return book.ack_offset
+        return self.store.queue_offsets(topic, queue_id)[0]
+
+    def save(self, *, force: bool = False) -> None:
+        # One saver at a time, so an older snapshot never replaces a newer one on disk.
+        with self._save_lock:
+            with self._lock:
+                if not (self._dirty or force):
+                    return
+                snapshot = list(self.book.positions())
+                self._dirty = False
+            try:
+                self.file.save(snapshot)
+            except BaseException:
+                self._dirty = True  # not on disk: the next save must write it
+                raise
+
+
+def _group_of(rec: Record) -> str:
+    return rec.properties.get(PROP_MESSAGE_GROUP, "")

@@ -1,0 +1,74 @@
+"""Receipt handles: the opaque text a consumer returns to ack or change a received message.
+
+Owns: the codec. A handle names (group, topic, queue, queue offset, lease seq) and carries an
+HMAC-SHA256 tag under a secret the broker draws at start, so a forged, truncated or
+pre-restart handle decodes to InvalidReceiptHandleError. Whether a well-formed handle is still
+current (its seq matches the live lease) is the delivery book's decision, not this module's.
+Must not: read the clock, touch files, or know about leases.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+
+from txmq import limits
+from txmq.errors import InvalidReceiptHandleError, invariant
+
+_VERSION = 1
+_TAG_BYTES = 16
+# version, queue id, queue offset, seq, group length, topic length; then the names.
+_HEAD = struct.Struct(">BHQQHH")
+# Group and topic names are bounded, so a handle is too; longer text is refused unread.
+# (UTF-8 takes at most 4 bytes a character; base64 turns 3 bytes into 4 characters.)
+HANDLE_LENGTH_MAX = 2 * (
+    _HEAD.size + 4 * (limits.GROUP_NAME_LENGTH_MAX + limits.TOPIC_NAME_LENGTH_MAX) + _TAG_BYTES
+)
+
+
+@dataclass(frozen=True)
+class Receipt:
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    seq: int
+
+
+class ReceiptCodec:
+    def __init__(self, secret: bytes) -> None:
+        invariant(len(secret) >= 16, "the receipt secret must be at least 16 bytes")
+        self._secret = secret
+
+    def _tag(self, raw: bytes) -> bytes:
+        return hmac.new(self._secret, raw, hashlib.sha256).digest()[:_TAG_BYTES]
+
+    def encode(self, r: Receipt) -> str:
+        group, topic = r.group.encode(), r.topic.encode()
+        invariant(len(group) < 1 << 16 and len(topic) < 1 << 16, "names too long for a handle")
+        invariant(0 <= r.queue_id < 1 << 16, "queue id out of range")
+        invariant(r.queue_offset >= 0 and r.seq >= 0, "negative offset or seq")
+        raw = _HEAD.pack(_VERSION, r.queue_id, r.queue_offset, r.seq, len(group), len(topic))
+        raw += group + topic
+        return base64.urlsafe_b64encode(raw + self._tag(raw)).decode().rstrip("=")
+
+    def decode(self, text: str) -> Receipt:
+        if not text or len(text) > HANDLE_LENGTH_MAX:
+            raise InvalidReceiptHandleError("receipt handle is empty or too long")
+        try:
+            blob = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidReceiptHandleError(f"receipt handle is not base64: {exc}") from exc
+        raw, tag = blob[:-_TAG_BYTES], blob[-_TAG_BYTES:]
+        if len(raw) < _HEAD.size or not hmac.compare_digest(tag, self._tag(raw)):
+            # Also what a handle from before a broker restart looks like: the secret changed.
+            raise InvalidReceiptHandleError("receipt handle was not issued by this broker run")
+        version, qid, off, seq, glen, tlen = _HEAD.unpack_from(raw)
+        names = raw[_HEAD.size :]
+        invariant(version == _VERSION, "a handle we signed has an unknown version")
+        invariant(len(names) == glen + tlen, "a handle we signed has bad name lengths")
+        return Receipt(names[:glen].decode(), names[glen:].decode(), qid, off, seq)
