@@ -114,7 +114,16 @@ def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]],
         return record_json(rec)
 
     def message_find(a: dict[str, Any]) -> Any:
-        recs = parts.store.find_by_key(str(a["topic"]), str(a["key"]), int(a.get("max", 32)))
+        key, max_count = str(a["key"]), int(a.get("max", 32))
+        if not 1 <= max_count <= 1000:
+            raise BadRequestError("max must be 1..1000")
+        # Without a topic, search every known topic (the index is keyed by topic and key).
+        names = [str(a["topic"])] if a.get("topic") else [t.name for t in parts.topics.list()]
+        recs: list[Record] = []
+        for name in names:
+            recs += parts.store.find_by_key(name, key, max_count - len(recs))
+            if len(recs) >= max_count:
+                break
         return {"messages": [record_json(r) for r in recs]}
 
     return {

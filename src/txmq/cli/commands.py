@@ -6,23 +6,20 @@ Exit codes: 0 ok, 1 the operation failed, 2 bad input (usage, unknown topic or i
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from txmq.cli.admin_client import call
-from txmq.errors import BadRequestError, BrokerUnavailableError, NotFoundError, TxmqError
+from txmq.errors import NotFoundError, TxmqError
 
-F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
 endpoints_option = click.option(
     "--endpoints",
@@ -31,26 +28,6 @@ endpoints_option = click.option(
     show_default=True,
     help="Broker address HOST:PORT (env TXMQ_ENDPOINTS).",
 )
-
-
-def exits(fn: F) -> F:
-    """Turn errors into one stderr line and the documented exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except BrokerUnavailableError as exc:
-            click.echo(f"txmq: {exc}", err=True)
-            sys.exit(3)
-        except (NotFoundError, BadRequestError) as exc:
-            click.echo(f"txmq: {exc}", err=True)
-            sys.exit(2)
-        except TxmqError as exc:
-            click.echo(f"txmq: {exc}", err=True)
-            sys.exit(1)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -78,7 +55,6 @@ def topic() -> None:
     type=click.Choice(["normal", "fifo", "delay", "transaction"]),
 )
 @endpoints_option
-@exits
 def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
     r = call(endpoints, "TopicCreate", {"name": name, "queues": queues, "type": kind})
     click.echo(f"created topic {r['name']} ({r['type']}, {r['queues']} queues)")
@@ -86,7 +62,6 @@ def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
 
 @topic.command("list")
 @endpoints_option
-@exits
 def topic_list(endpoints: str) -> None:
     r = call(endpoints, "TopicList", {})
     _table(
@@ -99,7 +74,6 @@ def topic_list(endpoints: str) -> None:
 @topic.command("describe")
 @click.argument("name")
 @endpoints_option
-@exits
 def topic_describe(name: str, endpoints: str) -> None:
     r = call(endpoints, "TopicDescribe", {"name": name})
     _table(
@@ -112,7 +86,6 @@ def topic_describe(name: str, endpoints: str) -> None:
 @topic.command("delete")
 @click.argument("name")
 @endpoints_option
-@exits
 def topic_delete(name: str, endpoints: str) -> None:
     call(endpoints, "TopicDelete", {"name": name})
     click.echo(f"deleted topic {name}")
@@ -125,7 +98,6 @@ def group() -> None:
 
 @group.command("list")
 @endpoints_option
-@exits
 def group_list(endpoints: str) -> None:
     r = call(endpoints, "GroupList", {})
     _table(
@@ -138,7 +110,6 @@ def group_list(endpoints: str) -> None:
 @group.command("describe")
 @click.argument("name")
 @endpoints_option
-@exits
 def group_describe(name: str, endpoints: str) -> None:
     r = call(endpoints, "GroupList", {})
     found = [g for g in r["groups"] if g["group"] == name]
@@ -161,7 +132,6 @@ def txn() -> None:
 
 @txn.command("list")
 @endpoints_option
-@exits
 def txn_list(endpoints: str) -> None:
     r = call(endpoints, "TxnList", {})
     _table(
@@ -183,7 +153,6 @@ def txn_list(endpoints: str) -> None:
 @txn.command("show")
 @click.argument("transaction_id")
 @endpoints_option
-@exits
 def txn_show(transaction_id: str, endpoints: str) -> None:
     r = call(endpoints, "TxnShow", {"id": transaction_id})
     r.pop("ok", None)
@@ -194,7 +163,6 @@ def txn_show(transaction_id: str, endpoints: str) -> None:
 @click.argument("transaction_id")
 @click.argument("action", type=click.Choice(["commit", "rollback"]))
 @endpoints_option
-@exits
 def txn_resolve(transaction_id: str, action: str, endpoints: str) -> None:
     r = call(endpoints, "TxnResolve", {"id": transaction_id, "action": action})
     click.echo(f"transaction {transaction_id} is {r['outcome']}")
@@ -208,7 +176,6 @@ def message() -> None:
 @message.command("show")
 @click.argument("message_id")
 @endpoints_option
-@exits
 def message_show(message_id: str, endpoints: str) -> None:
     r = call(endpoints, "MessageShow", {"id": message_id})
     r.pop("ok", None)
@@ -216,17 +183,28 @@ def message_show(message_id: str, endpoints: str) -> None:
 
 
 @message.command("find")
-@click.option("--topic", required=True)
-@click.option("--key", required=True)
+@click.option("--key", required=True, help="A message key (the client's Message.keys).")
+@click.option("--topic", default=None, help="Search only this topic (default: all topics).")
+@click.option("--max", "max_count", default=32, show_default=True, type=click.IntRange(1, 1000))
 @endpoints_option
-@exits
-def message_find(topic: str, key: str, endpoints: str) -> None:
-    r = call(endpoints, "MessageFind", {"topic": topic, "key": key})
+def message_find(key: str, topic: str | None, max_count: int, endpoints: str) -> None:
+    """List the messages carrying a key."""
+    args: dict[str, Any] = {"key": key, "max": max_count}
+    if topic is not None:
+        args["topic"] = topic
+    r = call(endpoints, "MessageFind", args)
     _table(
         f"messages with key {key}",
-        ["message id", "queue", "offset", "tag", "body"],
+        ["message id", "topic", "queue", "offset", "tag", "body"],
         [
-            [m["message_id"], m["queue_id"], m["queue_offset"], m["tag"], m["body"][:40]]
+            [
+                m["message_id"],
+                m["topic"],
+                m["queue_id"],
+                m["queue_offset"],
+                m["tag"],
+                m["body"][:40],
+            ]
             for m in r["messages"]
         ],
     )
@@ -270,7 +248,6 @@ def _cli_checker() -> Any:
     help="With --transactional: how to end it (none = leave it).",
 )
 @endpoints_option
-@exits
 def send(
     topic: str,
     body: str,
@@ -318,46 +295,77 @@ def send(
         p.shutdown()
 
 
-@click.command()
-@click.argument("topic")
-@click.option("--group", default="", help="Consumer group (default: a fresh one per run).")
-@click.option("--tag", "expr", default="*", help="Tag expression, e.g. 'A||B'.")
-@click.option("--max", "max_messages", default=10, show_default=True, type=int)
-@click.option("--wait-s", default=5, show_default=True, type=int)
-@endpoints_option
-@exits
-def consume(
-    topic: str, group: str, expr: str, max_messages: int, wait_s: int, endpoints: str
+def _consume(
+    topic: str, group: str, expr: str, max_messages: int, wait_s: int, endpoints: str, follow: bool
 ) -> None:
-    """Receive and ack up to --max messages (SimpleConsumer), printing one JSON line each."""
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-    call(endpoints, "TopicDescribe", {"name": topic})
+    call(endpoints, "TopicDescribe", {"name": topic})  # unknown topic: exit 2, not a hang
     c = SimpleConsumer(
         ClientConfiguration(endpoints, Credentials()),
         group or f"txmq-cli-{uuid.uuid4().hex[:8]}",
         {topic: FilterExpression(expr)},
+        await_duration=max(1, min(wait_s, 5)),
     )
     c.startup()
     got = 0
     deadline = time.monotonic() + wait_s
     try:
-        while got < max_messages and time.monotonic() < deadline:
-            for m in c.receive(min(32, max_messages - got), max(1, wait_s)) or []:
-                click.echo(
-                    json.dumps(
-                        {
-                            "message_id": m.message_id,
-                            "tag": m.tag,
-                            "attempt": m.delivery_attempt,
-                            "body": m.body.decode("utf-8", "replace"),
-                        }
-                    )
-                )
+        while got < max_messages and (follow or time.monotonic() < deadline):
+            for m in c.receive(min(32, max_messages - got), 30) or []:
+                click.echo(json.dumps(_message_json(m)))
                 c.ack(m)
                 got += 1
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends a tail; what was printed was acked.
     finally:
         c.shutdown()
+
+
+def _message_json(m: Any) -> dict[str, Any]:
+    return {
+        "message_id": m.message_id,
+        "tag": m.tag,
+        "keys": sorted(m.keys or ()),
+        "attempt": m.delivery_attempt,
+        "body": m.body.decode("utf-8", "replace"),
+    }
+
+
+def _consume_options(fn: Any) -> Any:
+    for option in reversed(
+        [
+            click.argument("topic"),
+            click.option("--group", default="", help="Consumer group (default: a fresh one)."),
+            click.option("--tag", "expr", default="*", help="Tag expression, e.g. 'A||B'."),
+            endpoints_option,
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+@click.command()
+@_consume_options
+@click.option("--max", "max_messages", default=10, show_default=True, type=click.IntRange(1))
+@click.option("--wait-s", default=5, show_default=True, type=click.IntRange(1, 3600))
+def consume(
+    topic: str, group: str, expr: str, max_messages: int, wait_s: int, endpoints: str
+) -> None:
+    """Receive and ack up to --max messages within --wait-s seconds, one JSON line each.
+
+    A new group starts at the earliest retained message; a named group resumes where it
+    acked last.
+    """
+    _consume(topic, group, expr, max_messages, wait_s, endpoints, follow=False)
+
+
+@click.command()
+@_consume_options
+@click.option("--max", "max_messages", default=2**31, type=click.IntRange(1), help="Stop after N.")
+def tail(topic: str, group: str, expr: str, max_messages: int, endpoints: str) -> None:
+    """Follow a topic: print and ack messages as they arrive until Ctrl-C (or --max)."""
+    _consume(topic, group, expr, max_messages, 5, endpoints, follow=True)
 
 
 @click.group()
@@ -367,7 +375,6 @@ def store() -> None:
 
 @store.command("verify")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
-@exits
 def store_verify(data_dir: Path) -> None:
     """Check every record's CRC and that queues and index agree with the log (offline)."""
     from txmq.cli.verify import verify
@@ -379,9 +386,5 @@ def store_verify(data_dir: Path) -> None:
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (topic, group, txn, message, send, consume, store):
+    for cmd in (topic, group, txn, message, send, consume, tail, store):
         cli.add_command(cmd)
-    cli.add_command(consume, name="tail")
-    from txmq.cli.demo import demo
-
-    cli.add_command(demo)

@@ -1,39 +1,100 @@
-"""The ``txmq`` command. Exit codes: 0 ok, 1 operation failed, 2 bad input, 3 broker unreachable."""
+"""The ``txmq`` command: the group, the ``broker`` command and the exit-code contract.
+
+Exit codes scripts can rely on:
+  0  ok
+  1  the operation failed (the broker refused it, a store check found problems, the demo was
+     inconsistent)
+  2  bad input: usage errors, bad configuration, unknown topic / transaction / message id
+  3  the broker is unreachable
+
+Every error is one line on stderr: ``txmq: <what went wrong>``.
+Owns: that mapping (``CliError``, ``TxmqGroup``) and ``txmq broker``, which builds a
+BrokerConfig from file/env/flags and runs the server. Must not: import the client-side
+commands eagerly (``python -m txmq.broker`` imports this module and must start even when the
+demo's or Spark's dependencies are missing).
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 
 from txmq.cli.config import env, load_config
-from txmq.errors import ConfigError, TxmqError
+from txmq.errors import (
+    BadRequestError,
+    BrokerUnavailableError,
+    ConfigError,
+    NotFoundError,
+    TxmqError,
+)
 
+EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CliError(click.ClickException):
+    """An error shown as one ``txmq: ...`` line, exiting with a documented code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]  # click reads it per instance
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"txmq: {self.format_message()}", err=True)
+
+
+def exit_code_for(exc: TxmqError) -> int:
+    if isinstance(exc, BrokerUnavailableError):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, ConfigError | NotFoundError | BadRequestError):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def cli_error(exc: TxmqError) -> CliError:
+    message = " ".join(str(exc).split()) or type(exc).__name__  # one line, always
+    return CliError(message, exit_code_for(exc))
+
+
+class TxmqGroup(click.Group):
+    """Maps typed errors from any subcommand to a one-line message and exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TxmqError as exc:
+            raise cli_error(exc) from exc
+
+
+@click.group(cls=TxmqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="txmq", message="txmq %(version)s")
 def cli() -> None:
-    """txmq: transactional messages over the RocketMQ 5 protocol."""
+    """txmq: transactional messages over the RocketMQ 5 protocol.
+
+    \b
+    Exit codes: 0 ok, 1 operation failed, 2 bad input (usage, config, unknown
+    topic or id), 3 broker unreachable.
+    Client commands take --endpoints HOST:PORT (env TXMQ_ENDPOINTS).
+    """
 
 
-@cli.command()
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Where the broker keeps data.")
-@click.option("--port", type=int, help="Port to listen on (0 picks a free one). Default 8081.")
-@click.option("--host", help="Address to bind. Default 127.0.0.1.")
+@click.option("--port", type=int, help="Port to listen on; 0 picks a free one.  [default: 8081]")
+@click.option("--host", help="Address to bind.  [default: 127.0.0.1]")
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, exists=True),
-    help="TOML configuration file.",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML configuration file (see docs/configuration.md).",
 )
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
-@click.option("--transaction-timeout-ms", type=int, help="Age before a check-back (6000).")
+@click.option("--transaction-timeout-ms", type=int, help="Age before the first check-back (6000).")
 @click.option("--transaction-check-interval-ms", type=int, help="Between check-backs (30000).")
 @click.option("--transaction-check-max", type=int, help="Check-backs before rollback (15).")
 @click.option("--delivery-attempts-max", type=int, help="Deliveries before the DLQ (16).")
@@ -41,31 +102,34 @@ def cli() -> None:
 @click.option("--segment-size-bytes", type=int, help="Commit-log segment size (1 GiB).")
 @click.option("--flush-mode", type=click.Choice(["sync", "async"]), help="Durability (sync).")
 def broker(config_file: Path | None, **flags: Any) -> None:
-    """Start a broker in the foreground (Ctrl-C stops it cleanly)."""
+    """Start a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly).
+
+    Prints "txmq broker listening on HOST:PORT" once it accepts requests. Settings come
+    from flags, then TXMQ_* environment variables, then --config, then defaults.
+    """
+    try:
+        config = load_config(file=config_file, env=env(), flags=flags)
+    except ConfigError as exc:
+        raise cli_error(exc) from exc
     from txmq.broker.app import run
 
     try:
-        cfg = load_config(file=config_file, env=env(), flags=flags)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
-    run(cfg)
+        run(config)
+    except OSError as exc:
+        raise CliError(f"cannot start the broker: {exc}", EXIT_FAILED) from exc
+    except TxmqError as exc:
+        raise cli_error(exc) from exc
 
 
 def _register() -> None:
     from txmq.cli import commands
+    from txmq.cli.demo import demo
 
     commands.register(cli)
+    cli.add_command(demo)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The console script ``txmq``."""
     _register()
-    try:
-        cli.main(
-            args=list(argv) if argv is not None else None, prog_name="txmq", standalone_mode=True
-        )
-    except ConfigError as exc:
-        click.echo(f"txmq: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except TxmqError as exc:
-        click.echo(f"txmq: {exc}", err=True)
-        sys.exit(EXIT_FAILED)
+    cli.main(args=list(argv) if argv is not None else None, prog_name="txmq")

@@ -1,0 +1,187 @@
+"""Steps of ``txmq demo`` that touch the outside world: the embedded broker process, the
+example services' modules, the admin queries the report needs, and the Spark job.
+
+Owns: starting and stopping those processes with bounded waits, and turning their failures
+into DemoError with a pointer to the log. Must not: decide consistency (demo_report.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import txmq
+from txmq.cli.admin_client import call
+from txmq.cli.demo_report import SparkResult
+from txmq.errors import NotFoundError, TxmqError
+
+console = Console()
+# Short timings so undecided transactions are checked back, and poison messages reach the DLQ,
+# within seconds instead of RocketMQ's production defaults (6 s / 30 s / 16 attempts).
+BROKER_FLAGS = (
+    "--transaction-timeout-ms=1500",
+    "--transaction-check-interval-ms=1000",
+    "--delivery-attempts-max=3",
+    "--retry-backoff-initial-ms=300",
+)
+SETTLE_S = 90.0
+SPARK_TIMEOUT_S = 150.0
+SPARK_JOB = """
+import importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("orders_per_sku", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+out = Path(sys.argv[3])
+rows = mod.aggregate_orders(sys.argv[2], out / "per-sku-minute.parquet", out / "checkpoint",
+                            topic=sys.argv[4])
+print(json.dumps({"rows": rows}))
+"""
+
+
+class DemoError(TxmqError):
+    """A step of the demo could not run (as opposed to an inconsistent result)."""
+
+
+def source_root() -> Path:
+    """The checkout txmq runs from: its examples/ hold the demo's services."""
+    return Path(txmq.__file__).resolve().parents[2]
+
+
+def load_example(name: str) -> ModuleType:
+    path = source_root() / "examples" / f"{name}.py"
+    if not path.is_file():
+        raise DemoError(f"{path} not found: txmq demo runs from a source checkout (make demo)")
+    spec = importlib.util.spec_from_file_location(f"txmq_example_{name}", path)
+    if spec is None or spec.loader is None:
+        raise DemoError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def embedded_broker(data_dir: Path, log_path: Path) -> Iterator[str]:
+    """A broker subprocess on a free port; yields its endpoints and stops it on exit."""
+    cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0"]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(source_root() / "src"), os.environ.get("PYTHONPATH")])
+        ),
+    )
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [*cmd, *BROKER_FLAGS], stdout=subprocess.PIPE, stderr=log, text=True, env=env
+        )
+    try:
+        yield _first_line_endpoints(proc, log_path)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def _first_line_endpoints(proc: subprocess.Popen[str], log_path: Path) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+    line = proc.stdout.readline() if ready else ""
+    found = re.search(r"listening on (\S+:\d+)", line)
+    if found is None:
+        tail = log_path.read_text().strip().splitlines()[-3:]
+        raise DemoError(f"the embedded broker did not start ({' / '.join(tail) or line!r})")
+    return found.group(1)
+
+
+def spark_skip_reason() -> str | None:
+    """Why the Spark step cannot run here, or None when it can."""
+    java = shutil.which("java")
+    if os.environ.get("JAVA_HOME"):
+        java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+    if java is None or not Path(java).exists():
+        return "Java not found: the Spark step needs Java 17+ (install a JDK or set JAVA_HOME)"
+    probe = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', probe.stderr + probe.stdout)
+    major = int(found.group(1)) if found else 0
+    if major == 1 and found and found.group(2):
+        major = int(found.group(2))  # "1.8.0" is Java 8
+    if major < 17:
+        return f"Java {major or '?'} found at {java}: the Spark step needs Java 17+"
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed: pip install 'txmq[spark]'"
+    return None
+
+
+def run_spark(endpoints: str, topic: str, work: Path) -> SparkResult:
+    """The Spark engineer's pipeline, in its own process (its JVM logs go to spark.log)."""
+    job = source_root() / "examples" / "pipeline" / "orders_per_sku.py"
+    out = work / "spark"
+    env = dict(os.environ, PYTHONPATH=str(source_root() / "src"))
+    with open(work / "spark.log", "w") as log:
+        r = subprocess.run(
+            [sys.executable, "-c", SPARK_JOB, str(job), endpoints, str(out), topic],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            timeout=SPARK_TIMEOUT_S,
+        )
+    if r.returncode != 0:
+        raise DemoError(f"the Spark step failed (exit {r.returncode}); see {work / 'spark.log'}")
+    rows = int(json.loads(r.stdout.strip().splitlines()[-1])["rows"])
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "per-sku-minute.parquet").to_pydict()
+    return SparkResult(rows=rows, orders=int(sum(table["orders"])), qty=int(sum(table["qty"])))
+
+
+def topic_messages(endpoints: str, topic: str) -> int:
+    r = call(endpoints, "TopicDescribe", {"name": topic})
+    return sum(int(q["max"]) - int(q["min"]) for q in r["queues"])
+
+
+def undecided(endpoints: str, topic: str) -> tuple[int, int]:
+    """(pending, dead) transactions of ``topic`` on the broker."""
+    rows = [t for t in call(endpoints, "TxnList", {})["transactions"] if t.get("topic") == topic]
+    dead = sum(1 for t in rows if t.get("dead"))
+    return len(rows) - dead, dead
+
+
+def dead_lettered(endpoints: str, dlq: str, order_ids: set[str]) -> set[str]:
+    found: set[str] = set()
+    for order_id in sorted(order_ids):
+        try:
+            if call(endpoints, "MessageFind", {"topic": dlq, "key": order_id})["messages"]:
+                found.add(order_id)
+        except NotFoundError:
+            continue  # no DLQ topic yet: nothing dead-lettered
+    return found
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<44}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
