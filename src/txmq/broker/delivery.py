@@ -118,7 +118,8 @@ class QueueBook:
     def check(self) -> None:
         invariant(self.ack_offset <= self.scan_offset, "ack offset passed the scan offset")
         invariant(self.ack_offset not in self.settled, "the ack offset itself is settled")
-        invariant(self.ack_offset not in self.held, "the ack offset is both held and settled")
+        window = self.scan_offset - self.ack_offset
+        invariant(len(self.leases) + len(self.held) <= window, "more in flight than the window")
 
 
 class DeliveryBook:
@@ -255,6 +256,8 @@ class DeliveryBook:
         for cand in candidates:
             invariant(start <= cand.queue_offset < scanned_to, "candidate outside the scan")
             offered.add(cand.queue_offset)
+            if cand.queue_offset in book.settled:
+                continue  # acked before a restart; the rescan from the ack offset meets it
             group = cand.message_group if fifo else ""
             if fifo and (group in book.busy or len(grants) >= room):
                 book.held[cand.queue_offset] = group

@@ -63,6 +63,9 @@ class ReceiptCodec:
             blob = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (binascii.Error, ValueError) as exc:
             raise InvalidReceiptHandleError(f"receipt handle is not base64: {exc}") from exc
+        if base64.urlsafe_b64encode(blob).decode().rstrip("=") != text:
+            # Stray characters or unused trailing bits: only the exact text we issued is valid.
+            raise InvalidReceiptHandleError("receipt handle is not in canonical form")
         raw, tag = blob[:-_TAG_BYTES], blob[-_TAG_BYTES:]
         if len(raw) < _HEAD.size or not hmac.compare_digest(tag, self._tag(raw)):
             # Also what a handle from before a broker restart looks like: the secret changed.

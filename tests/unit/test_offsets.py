@@ -1,0 +1,134 @@
+"""Consumer positions over a real store in a temp directory: the positions file round-trips,
+is replaced atomically, and after a reopen (a broker restart) acked messages stay acked while
+unacked in-flight ones are delivered again with their attempt count carried on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SMALL, Clock
+from txmq.broker.delivery import Position, QueueKey
+from txmq.broker.offsets import FILE_NAME, ConsumerPositions, Delivery, OffsetFile
+from txmq.errors import ConfigError, InvalidReceiptHandleError
+from txmq.model import PROP_MESSAGE_GROUP, RecordDraft
+from txmq.store.store import Store
+
+
+def test_offset_file_round_trip_with_ranges(tmp_path: Path) -> None:
+    f = OffsetFile(tmp_path / FILE_NAME)
+    assert f.load() == {}
+    k1, k2 = QueueKey("g", "t", 0), QueueKey("g\nx", "t/é", 3)
+    p1 = Position(5, (7, 8, 9, 10, 12), ((6, 2), (11, 1)))
+    f.save([(k1, p1), (k2, Position(0))])
+    raw = json.loads((tmp_path / FILE_NAME).read_text())
+    assert raw["positions"][0]["settled"] == [[7, 10], [12, 12]]
+    assert OffsetFile(tmp_path / FILE_NAME).load() == {k1: p1, k2: Position(0)}
+    assert not (tmp_path / (FILE_NAME + ".tmp")).exists()
+
+
+def test_offset_file_refuses_a_damaged_file(tmp_path: Path) -> None:
+    (tmp_path / FILE_NAME).write_text('{"version": 1, "positions": [{"group": 1')
+    with pytest.raises(ConfigError, match="unreadable"):
+        OffsetFile(tmp_path / FILE_NAME).load()
+
+
+def _store(tmp_path: Path, clock: Clock) -> Store:
+    return Store.open(tmp_path / "store", SMALL, now_ms=clock)
+
+
+def _fill(store: Store, n: int, group: str = "") -> None:
+    props = {PROP_MESSAGE_GROUP: group} if group else {}
+    for i in range(n):
+        store.append(RecordDraft(topic="t", queue_id=0, body=f"m{i}".encode(), properties=props))
+
+
+def _positions(store: Store, tmp_path: Path, clock: Clock) -> ConsumerPositions:
+    return ConsumerPositions(
+        store, tmp_path, attempts_max=3, backoff_initial_ms=100, backoff_max_ms=100, now_ms=clock
+    )
+
+
+def _receive(
+    p: ConsumerPositions, clock: Clock, batch: int = 32, fifo: bool = False
+) -> list[Delivery]:
+    got, _dead = p.receive(
+        "g", "t", [0], tags=None, batch=batch, invisible_ms=1_000, now_ms=clock.now, fifo=fifo
+    )
+    return got
+
+
+def test_positions_survive_reopen_and_unacked_are_redelivered(tmp_path: Path, clock: Clock) -> None:
+    store = _store(tmp_path, clock)
+    _fill(store, 5)
+    p = _positions(store, tmp_path, clock)
+    got = _receive(p, clock)
+    assert [d.record.body for d in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    for d in (got[0], got[2], got[4]):
+        p.ack("g", d.receipt_handle)
+    p.save()
+    store.close()
+
+    store = _store(tmp_path, clock)
+    p2 = _positions(store, tmp_path, clock)
+    assert p2.offset("g", "t", 0) == 1
+    with pytest.raises(InvalidReceiptHandleError):
+        p2.ack("g", got[1].receipt_handle)  # a handle from before the restart
+    again = _receive(p2, clock)
+    assert [(d.record.body, d.attempt) for d in again] == [(b"m1", 2), (b"m3", 2)]
+    for d in again:
+        p2.ack("g", d.receipt_handle)
+    assert p2.offset("g", "t", 0) == 5
+    assert _receive(p2, clock) == []
+    store.close()
+
+
+def test_save_is_skipped_when_nothing_changed_and_forced_at_close(
+    tmp_path: Path, clock: Clock
+) -> None:
+    store = _store(tmp_path, clock)
+    p = _positions(store, tmp_path, clock)
+    p.save()
+    assert not (tmp_path / FILE_NAME).exists()
+    p.save(force=True)
+    assert (tmp_path / FILE_NAME).exists()
+    store.close()
+
+
+def test_dead_letter_flow_and_update_offset(tmp_path: Path, clock: Clock) -> None:
+    store = _store(tmp_path, clock)
+    _fill(store, 3)
+    p = _positions(store, tmp_path, clock)
+    for attempt in (1, 2, 3):
+        (d,) = _receive(p, clock, batch=1)
+        assert (d.record.body, d.attempt) == (b"m0", attempt)
+        clock.advance(1_000)
+    got, dead = p.receive(
+        "g", "t", [0], tags=None, batch=1, invisible_ms=1_000, now_ms=clock.now, fifo=False
+    )
+    assert [(x.record.body, x.attempts) for x in dead] == [(b"m0", 3)]
+    assert [x.record.body for x in got] == [b"m1"]
+    p.settle(dead[0])
+    p.ack("g", got[0].receipt_handle)
+    assert p.offset("g", "t", 0) == 2
+    p.set_offset("g", "t", 0, 0)
+    assert [d.record.body for d in _receive(p, clock)] == [b"m0", b"m1", b"m2"]
+    assert p.positions() == [("g", "t", 0, 0, 3)]
+    store.close()
+
+
+def test_fifo_over_the_store_delivers_a_group_in_order(tmp_path: Path, clock: Clock) -> None:
+    store = _store(tmp_path, clock)
+    _fill(store, 4, group="order-1")
+    p = _positions(store, tmp_path, clock)
+    bodies = []
+    for _ in range(10):
+        got = _receive(p, clock, fifo=True)
+        assert len(got) <= 1
+        for d in got:
+            bodies.append(d.record.body)
+            p.ack("g", d.receipt_handle)
+    assert bodies == [b"m0", b"m1", b"m2", b"m3"]
+    store.close()

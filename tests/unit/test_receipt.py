@@ -1,0 +1,45 @@
+"""Receipt handle codec: round trip, and every kind of bad handle is INVALID_RECEIPT_HANDLE."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from txmq import errors
+from txmq.broker.receipt import HANDLE_LENGTH_MAX, Receipt, ReceiptCodec
+from txmq.errors import InvalidReceiptHandleError
+
+R = Receipt("group-é", "topic", 7, 123456789, 42)
+
+
+def test_round_trip() -> None:
+    codec = ReceiptCodec(b"s" * 32)
+    text = codec.encode(R)
+    assert codec.decode(text) == R
+    assert text.isascii() and len(text) <= HANDLE_LENGTH_MAX
+    long = Receipt("g" * 255, "t" * 127, 65535, 2**63, 2**63)
+    assert codec.decode(codec.encode(long)) == long
+
+
+def test_other_secret_forgery_and_garbage_are_refused(seed: int) -> None:
+    codec = ReceiptCodec(b"s" * 32)
+    text = codec.encode(R)
+    bad = [
+        "",
+        "x" * (HANDLE_LENGTH_MAX + 1),
+        "not base64 !!",
+        "AAAA",
+        ReceiptCodec(b"t" * 32).encode(R),  # another broker run
+        text[:-2],
+    ]
+    rng = random.Random(seed)
+    for _ in range(200):  # flip one character anywhere
+        i = rng.randrange(len(text))
+        c = rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        if c != text[i]:
+            bad.append(text[:i] + c + text[i + 1 :])
+    for b in bad:
+        with pytest.raises(InvalidReceiptHandleError) as info:
+            codec.decode(b)
+        assert info.value.code == errors.CODE_INVALID_RECEIPT_HANDLE
