@@ -1,7 +1,18 @@
-"""``python -m txmq.broker``: the same as ``txmq broker``."""
+"""``python -m txmq.broker``: start one broker; the same flags as ``txmq broker``.
+
+Runs the ``broker`` click command alone, without registering the rest of the CLI, so a broker
+starts even while other commands (demo, Spark helpers) are broken or missing dependencies.
+Prints ``txmq broker listening on HOST:PORT`` once it accepts RPCs (tests read the port from
+it when started with ``--port 0``); SIGINT/SIGTERM shut it down cleanly.
+"""
 
 import sys
 
-from txmq.cli.main import main
+from txmq.cli.main import EXIT_FAILED, broker
+from txmq.errors import TxmqError
 
-main(["broker", *sys.argv[1:]])
+try:
+    broker.main(args=sys.argv[1:], prog_name="python -m txmq.broker", standalone_mode=True)
+except TxmqError as exc:
+    print(f"txmq broker: {exc}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_FAILED)

@@ -1,8 +1,13 @@
-"""Running a broker: the grpc.aio server, background loops, clean shutdown.
+"""Running a broker: wiring the parts to a grpc.aio server, background loops, clean shutdown.
 
-Owns: binding the port, the executor for blocking store calls, the loops (check-back, delay
-release, saving consumer positions, transaction snapshots, retention, client expiry), the
-Prometheus endpoint, and SIGINT/SIGTERM handling. Must not: contain protocol or storage logic.
+Owns: binding the port (0 picks a free one), the executor for blocking store calls (64 threads,
+so concurrent senders meet in one group-commit fsync), constructing the servicer and the
+consumer side, the loops (check-back, delay release, client expiry, transaction snapshot and
+retention), the Prometheus endpoint, and SIGINT/SIGTERM handling in ``run``.
+Must not: contain protocol or storage logic.
+
+Shutdown order: stop accepting RPCs (grace 1 s), stop the loops and the consumer side (which
+saves positions), drain the executor, then close the parts (the store checkpoints last).
 """
 
 from __future__ import annotations
@@ -10,20 +15,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits
+from txmq.broker.admin import add_admin
 from txmq.broker.checkback import CheckBack
 from txmq.broker.config import BrokerConfig
+from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.parts import Parts, wall_ms
-from txmq.broker.service import Service
+from txmq.broker.server import MessagingServicer
+from txmq.errors import invariant
 
 log = logging.getLogger("txmq.broker")
+
+EXECUTOR_THREADS = 64
+HOUSEKEEPING_PERIOD_S = 1.0
+SNAPSHOT_PERIOD_S = 30.0
+SHUTDOWN_GRACE_S = 1.0
 
 
 async def _every(period_s: float, step: Callable[[], Awaitable[object]], name: str) -> None:
@@ -40,32 +53,48 @@ async def _every(period_s: float, step: Callable[[], Awaitable[object]], name: s
 
 
 class Loops:
-    """The broker's background work, one method per loop; each runs blocking parts in the
-    executor through ``service.run``."""
+    """The broker's own background work; the consumer side runs its sweep itself."""
 
-    def __init__(self, parts: Parts, service: Service) -> None:
+    def __init__(self, parts: Parts, servicer: MessagingServicer) -> None:
         self.parts = parts
-        self.service = service
-        self.check_back = CheckBack(parts.tx, parts.clients, parts.metrics, service.run).tick
+        self.servicer = servicer
+        self.check_back = CheckBack(parts.tx, parts.clients, parts.metrics, servicer.run).tick
 
     async def release_delayed(self) -> None:
-        touched = await self.service.run(self.parts.delay.release_due, wall_ms())
-        for topic, _qid in touched:
-            self.service.notify_appended(topic)
+        touched = await self.servicer.run(self.parts.delay.release_due, wall_ms())
+        for topic, queue_id in touched:
+            self.servicer.notify_appended(topic, queue_id)
 
     async def housekeeping(self) -> None:
-        p = self.parts
-        for dead in await self.service.run(p.deliveries.sweep_dead, wall_ms()):
-            await self.service.run(p.dead_letter, dead)
-        await self.service.run(p.deliveries.save)
-        p.clients.expire(wall_ms())
+        self.parts.clients.expire(wall_ms())
 
     async def slow_housekeeping(self) -> None:
         p = self.parts
-        await self.service.run(p.tx.snapshot)
-        await self.service.run(
+        await self.servicer.run(p.tx.snapshot)
+        await self.servicer.run(
             lambda: p.store.delete_expired_segments(keep_from_offset=p.tx.oldest_pending_offset)
         )
+
+    def start(self, tick_s: float) -> list[asyncio.Task[None]]:
+        return [
+            asyncio.create_task(_every(tick_s, self.check_back, "check-back")),
+            asyncio.create_task(_every(tick_s, self.release_delayed, "delay")),
+            asyncio.create_task(_every(HOUSEKEEPING_PERIOD_S, self.housekeeping, "clients")),
+            asyncio.create_task(
+                _every(SNAPSHOT_PERIOD_S, self.slow_housekeeping, "snapshot+retention")
+            ),
+        ]
+
+
+def _bind(server: Any, config: BrokerConfig) -> int:
+    address = f"{config.host}:{config.port}"
+    try:
+        port = int(server.add_insecure_port(address))
+    except RuntimeError as exc:  # newer grpc raises instead of returning 0
+        raise OSError(f"cannot bind {address}: {exc}") from exc
+    if port == 0:
+        raise OSError(f"cannot bind {address}")
+    return port
 
 
 async def serve(
@@ -74,53 +103,93 @@ async def serve(
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Run one broker until ``stop`` is set (or SIGINT/SIGTERM when run from ``run``)."""
-    executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="txmq-io")
+    """Run one broker until ``stop`` is set; ``ready(port)`` is called once it accepts RPCs.
+
+    Raises:
+        OSError: the port cannot be bound.
+        TxmqError: the data directory cannot be opened (e.g. StoreFencedError).
+    """
+    executor = ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io")
     parts = Parts(config)
+    metrics_http: Any = None
+    tasks: list[asyncio.Task[None]] = []
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
         ]
     )
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
-    if port == 0:
-        parts.close()
-        raise OSError(f"cannot bind {config.host}:{config.port}")
-    service = Service(parts, executor, (config.advertised_host or config.host, port))
-    sg.add_MessagingServiceServicer_to_server(service, server)
-    from txmq.broker.admin import add_admin
-
-    add_admin(server, parts, service)
-    if config.metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(config.metrics_port, addr=config.host, registry=parts.metrics.registry)
-    await server.start()
-    loops = Loops(parts, service)
-    tick = config.tick_ms / 1000.0
-    tasks = [
-        asyncio.create_task(_every(tick, loops.check_back, "check-back")),
-        asyncio.create_task(_every(tick, loops.release_delayed, "delay")),
-        asyncio.create_task(_every(1.0, loops.housekeeping, "housekeeping")),
-        asyncio.create_task(_every(30.0, loops.slow_housekeeping, "snapshot+retention")),
-    ]
-    if ready is not None:
-        ready(port)
-    stop = stop or asyncio.Event()
+    consume: ConsumeRpcs | None = None
     try:
-        await stop.wait()
+        port = _bind(server, config)
+        endpoint = (config.advertised_host or config.host, port)
+        consume = ConsumeRpcs(
+            store=parts.store,
+            topics=parts.topics,
+            config=config,
+            now_ms=wall_ms,
+            executor=executor,
+            metrics=parts.metrics,
+            positions=parts.deliveries,
+            endpoint=endpoint,
+        )
+        servicer = MessagingServicer(
+            config=config,
+            topics=parts.topics,
+            clients=parts.clients,
+            sends=parts.sends,
+            executor=executor,
+            endpoint=endpoint,
+            now_ms=wall_ms,
+            consume=consume,
+        )
+        sg.add_MessagingServiceServicer_to_server(servicer, server)
+        add_admin(server, parts, servicer)
+        if config.metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            metrics_http = start_http_server(
+                config.metrics_port, addr=config.host, registry=parts.metrics.registry
+            )
+        await server.start()
+        await consume.start()
+        tasks = Loops(parts, servicer).start(config.tick_ms / 1000.0)
+        if ready is not None:
+            ready(port)
+        await (stop or asyncio.Event()).wait()
     finally:
+        await _shutdown(server, tasks, consume, executor, parts, metrics_http)
+
+
+async def _shutdown(
+    server: Any,
+    tasks: list[asyncio.Task[None]],
+    consume: ConsumeRpcs | None,
+    executor: ThreadPoolExecutor,
+    parts: Parts,
+    metrics_http: Any,
+) -> None:
+    try:
+        await server.stop(grace=SHUTDOWN_GRACE_S)
         for t in tasks:
             t.cancel()
-        await server.stop(grace=1.0)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if consume is not None:
+            await consume.close()
+        if metrics_http is not None:
+            metrics_http[0].shutdown()
+    finally:
         executor.shutdown(wait=True)
         parts.close()
         log.info("broker stopped cleanly")
 
 
 def run(config: BrokerConfig) -> None:
-    """Run a broker in the foreground; SIGINT/SIGTERM shut it down cleanly."""
+    """Run a broker in the foreground until SIGINT/SIGTERM, then shut down cleanly.
+
+    Prints ``txmq broker listening on HOST:PORT`` (flushed) once it accepts RPCs: with
+    ``port=0`` that line is how a caller learns the port.
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     async def main() -> None:
@@ -130,8 +199,8 @@ def run(config: BrokerConfig) -> None:
             loop.add_signal_handler(sig, stop.set)
 
         def ready(port: int) -> None:
+            invariant(port > 0, "the bound port is known")
             print(f"txmq broker listening on {config.host}:{port}", flush=True)
-            sys.stdout.flush()
 
         await serve(config, ready=ready, stop=stop)
 

@@ -55,10 +55,12 @@ class CheckBack:
                 continue
             sent += 1
             self.metrics.checks.inc()
-        self.update_gauges()
+        await self.update_gauges()
         return sent
 
-    def update_gauges(self) -> None:
-        self.metrics.pending.set(len(self.tx.book.pending))
-        self.metrics.dead.set(len(self.tx.book.dead))
-        self.metrics.oldest_pending.set(self.tx.oldest_pending_age_ms() / 1000.0)
+    async def update_gauges(self) -> None:
+        # The coordinator's figures take its lock: read them off the event loop.
+        m = await self.run(lambda: self.tx.metrics)
+        self.metrics.pending.set(m.pending)
+        self.metrics.dead.set(m.dead)
+        self.metrics.oldest_pending.set(m.oldest_pending_age_ms / 1000.0)

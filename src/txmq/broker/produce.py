@@ -1,0 +1,165 @@
+"""The send path: SendMessage and EndTransaction below the gRPC layer. Blocking.
+
+Owns: validating a wire message against its topic (name, tag, keys, properties, body size,
+message type vs topic type), choosing its queue (FIFO: a hash of the message group, so one group
+stays in one queue and in order; otherwise round robin), and storing it durably as a normal
+message, a delay message (held in the delay topic until due) or a transaction half message
+(through the coordinator). EndTransaction hands the decision to the coordinator, which makes it
+idempotent and refuses a contradicting one.
+Must not: speak gRPC streams, touch the event loop, or wake consumers (the server does, with
+what ``Sent``/``Decided`` return). Every method blocks on the store: run it in the executor so
+concurrent senders share one fsync (group commit).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from txmq import limits
+from txmq.broker.delay import DelaySchedule, due_later
+from txmq.broker.metrics import Metrics
+from txmq.broker.topics import TopicInfo, TopicRegistry
+from txmq.errors import (
+    BadRequestError,
+    IllegalMessageIdError,
+    InvalidTransactionIdError,
+    MessageBodyTooLargeError,
+    MessageTypeConflictError,
+    invariant,
+)
+from txmq.model import PROP_MESSAGE_GROUP, DecisionSource, MessageType, Outcome, RecordDraft
+from txmq.protocol import mapping
+from txmq.store.store import Store
+from txmq.txn.coordinator import Transactions
+
+
+@dataclass(frozen=True)
+class Sent:
+    message_id: str
+    transaction_id: str
+    topic: str
+    queue_id: int
+    # -1 when the message is not in its topic's consume queue yet (half or delayed).
+    queue_offset: int
+
+    @property
+    def deliverable(self) -> bool:
+        return self.queue_offset >= 0
+
+
+@dataclass(frozen=True)
+class Decided:
+    outcome: Outcome
+    topic: str
+
+
+class SendPath:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        tx: Transactions,
+        topics: TopicRegistry,
+        delay: DelaySchedule,
+        metrics: Metrics,
+        now_ms: Callable[[], int],
+        body_size_max: int,
+    ) -> None:
+        invariant(0 < body_size_max <= limits.BODY_SIZE_MAX_LIMIT, "body size limit in range")
+        self.store = store
+        self.tx = tx
+        self.topics = topics
+        self.delay = delay
+        self.metrics = metrics
+        self.now_ms = now_ms
+        self.body_size_max = body_size_max
+        self._round_robin = itertools.count()
+
+    def pick_queue(self, info: TopicInfo, draft: RecordDraft) -> int:
+        group = draft.properties.get(PROP_MESSAGE_GROUP)
+        if group:
+            # One message group always maps to one queue, which is what keeps it ordered.
+            return zlib.crc32(group.encode()) % info.queue_count
+        return next(self._round_robin) % info.queue_count
+
+    @staticmethod
+    def check_type(info: TopicInfo, mtype: MessageType) -> None:
+        if info.message_type is not mtype and not info.accepts_all:
+            raise MessageTypeConflictError(
+                f"topic {info.name!r} accepts {info.message_type.value} messages, not {mtype.value}"
+            )
+
+    def validate(self, msg: Any, *, peer: str) -> tuple[RecordDraft, MessageType, TopicInfo]:
+        """Check one wire message and build its draft for the chosen queue. Raises typed
+        errors and stores nothing when the message is refused."""
+        body_size = len(msg.body)
+        if body_size == 0:
+            raise BadRequestError("message body is empty")
+        if body_size > self.body_size_max:
+            raise MessageBodyTooLargeError(body_size, self.body_size_max)
+        message_id = msg.system_properties.message_id
+        if not message_id or len(message_id) > limits.MESSAGE_ID_LENGTH_MAX:
+            raise IllegalMessageIdError(
+                f"message_id must be 1..{limits.MESSAGE_ID_LENGTH_MAX} characters"
+            )
+        mtype = mapping.wire_message_type(msg)
+        draft = mapping.draft_from_wire(msg, queue_id=0, born_host=peer)
+        info = self.topics.ensure(draft.topic, mtype)
+        self.check_type(info, mtype)
+        return mapping.with_queue(draft, self.pick_queue(info, draft)), mtype, info
+
+    def send(self, msg: Any, *, client_id: str, peer: str) -> Sent:
+        """Validate and store one wire message durably; returns where it went."""
+        draft, mtype, _info = self.validate(msg, peer=peer)
+        started = time.perf_counter()
+        tid = ""
+        if mtype is MessageType.TRANSACTION:
+            sp = msg.system_properties
+            immunity = None
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                immunity = mapping.duration_ms(sp.orphaned_transaction_recovery_duration)
+            # RocketMQ 5 producers name no group on the wire: the topic is the group (see
+            # clients.py), which is also what check-back uses to find a live producer.
+            tid, res = self.tx.prepare(
+                draft, producer_group=draft.topic, client_id=client_id, check_immunity_ms=immunity
+            )
+            queue_offset = -1
+            invariant(bool(tid), "a prepared transaction has an id")
+        elif mtype is MessageType.DELAY and due_later(draft, self.now_ms()):
+            self.delay.schedule(draft)
+            queue_offset = -1
+        else:
+            res = self.store.append(draft)
+            queue_offset = res.queue_offset
+            invariant(queue_offset >= 0, "a normal append enters the consume queue")
+        self.metrics.append_latency.observe(time.perf_counter() - started)
+        self.metrics.sends.labels(mtype.value).inc()
+        return Sent(draft.message_id, tid, draft.topic, draft.queue_id, queue_offset)
+
+    def end(self, request: Any) -> Decided:
+        """Decide a transaction from an EndTransactionRequest. Idempotent: the same decision
+        again answers OK; the opposite one raises TransactionConflictError."""
+        if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
+            raise BadRequestError("resolution must be COMMIT or ROLLBACK")
+        if not request.transaction_id:
+            raise InvalidTransactionIdError("", "transaction_id is empty")
+        source = (
+            DecisionSource.CHECK_BACK
+            if request.source == pb.SOURCE_SERVER_CHECK
+            else DecisionSource.PRODUCER
+        )
+        outcome = self.tx.end(
+            request.transaction_id,
+            commit=request.resolution == pb.COMMIT,
+            source=source,
+            message_id=request.message_id,
+        )
+        self.metrics.outcomes.labels(outcome.value, source.value).inc()
+        return Decided(outcome, request.topic.name)

@@ -1,0 +1,370 @@
+"""The gRPC servicer for ``apache.rocketmq.v2.MessagingService``: all 17 RPCs.
+
+Owns: routes (QueryRoute), client sessions (Heartbeat, Telemetry, NotifyClientTermination), the
+producer RPCs (SendMessage, EndTransaction, run by ``produce.SendPath`` in the executor), and
+answers for what txmq does not do (RecallMessage, SyncLiteSubscription: UNSUPPORTED). The
+consumer RPCs are delegated to the consumer side (``consume.ConsumeRpcs``); without one they
+answer UNSUPPORTED.
+Errors travel in each response's Status, never as gRPC status codes: every handler turns a
+TxmqError into its code and anything else into INTERNAL_ERROR with a message, logged with its
+traceback, so a malformed request cannot crash the server.
+Must not: hold state beyond sessions (clients.py) or block the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+from txmq import errors, limits
+from txmq.broker.clients import Clients, Session
+from txmq.broker.config import BrokerConfig
+from txmq.broker.produce import SendPath
+from txmq.broker.topics import TopicRegistry
+from txmq.errors import BadRequestError, ClientIdRequiredError, TxmqError, UnsupportedError
+from txmq.model import MessageType, Outcome
+from txmq.protocol import mapping, telemetry
+
+log = logging.getLogger("txmq.broker")
+T = TypeVar("T")
+
+# Long polls are capped below the official client's own receive deadline, so the broker
+# answers "no message" before the client gives up on the call.
+LONG_POLLING_TIMEOUT_REPLY_MS_MAX = 20_000
+# Messages in one SendMessage request; the official clients send one at a time.
+SEND_BATCH_MAX = 64
+
+
+class ConsumeSide(Protocol):
+    """What the consumer side offers the servicer (``txmq.broker.consume.ConsumeRpcs``)."""
+
+    def notify_appended(self, topic: str, queue_id: int) -> None: ...
+    async def QueryAssignment(self, request: Any, context: Any) -> Any: ...
+    def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]: ...
+    async def AckMessage(self, request: Any, context: Any) -> Any: ...
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any: ...
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any: ...
+    def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]: ...
+    async def UpdateOffset(self, request: Any, context: Any) -> Any: ...
+    async def GetOffset(self, request: Any, context: Any) -> Any: ...
+    async def QueryOffset(self, request: Any, context: Any) -> Any: ...
+
+
+def client_id(context: Any) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return str(value)
+    return ""
+
+
+def fail(exc: BaseException) -> Any:
+    """The Status for a failed request; unexpected errors are logged with their traceback."""
+    if isinstance(exc, TxmqError):
+        return mapping.error_status(exc)
+    log.error("unexpected error in a handler", exc_info=exc)
+    return mapping.status(errors.CODE_INTERNAL_ERROR, f"internal error: {exc!r}")
+
+
+async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a unary handler body; any failure becomes ``response(status=...)``."""
+    try:
+        return await work()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return response(status=fail(exc))
+
+
+def _unsupported(what: str) -> Any:
+    return mapping.error_status(UnsupportedError(f"{what} is not supported by this broker"))
+
+
+class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        topics: TopicRegistry,
+        clients: Clients,
+        sends: SendPath,
+        executor: Executor,
+        endpoint: tuple[str, int],
+        now_ms: Callable[[], int],
+        consume: ConsumeSide | None = None,
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.clients = clients
+        self.sends = sends
+        self.executor = executor
+        self.endpoint = endpoint
+        self.now_ms = now_ms
+        self.consume = consume
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking work (store, coordinator) in the executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+
+    def notify_appended(self, topic: str, queue_id: int | None = None) -> None:
+        """Wake long polls on a queue (all queues of the topic when ``queue_id`` is None)."""
+        if self.consume is None:
+            return
+        if queue_id is not None:
+            self.consume.notify_appended(topic, queue_id)
+            return
+        try:
+            count = self.topics.get(topic).queue_count
+        except errors.TopicNotFoundError:
+            return
+        for q in range(count):
+            self.consume.notify_appended(topic, q)
+
+    # --- Routing and sessions. ----------------------------------------------------------------
+
+    def _broker(self) -> Any:
+        host, port = self.endpoint
+        b = pb.Broker(name="txmq", id=0)
+        try:
+            socket.inet_aton(host)
+            b.endpoints.scheme = pb.IPv4
+        except OSError:
+            b.endpoints.scheme = pb.DOMAIN_NAME
+        b.endpoints.addresses.add(host=host, port=port)
+        return b
+
+    def route(self, topic: str) -> list[Any]:
+        """The topic's queues, all READ_WRITE on this broker (id 0), accepting the types the
+        topic takes (every type for an auto-created topic): the client refuses to send a type
+        its route does not list."""
+        info = self.topics.ensure(mapping.validate_topic(topic, allow_system=True))
+        types = (
+            list(mapping.WIRE_TYPES.values())
+            if info.accepts_all
+            else [mapping.WIRE_TYPES[info.message_type]]
+        )
+        broker = self._broker()
+        return [
+            pb.MessageQueue(
+                topic=pb.Resource(name=topic),
+                id=i,
+                permission=pb.READ_WRITE,
+                broker=broker,
+                accept_message_types=types,
+            )
+            for i in range(info.queue_count)
+        ]
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        async def work() -> Any:
+            # ensure() may create the topic, which writes topics.json: off the loop.
+            queues = await self.run(self.route, request.topic.name)
+            return sv.QueryRouteResponse(status=mapping.status(), message_queues=queues)
+
+        return await answer(sv.QueryRouteResponse, work)
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        async def work() -> Any:
+            cid = client_id(context)
+            if not cid:
+                raise ClientIdRequiredError("x-mq-client-id metadata is required")
+            session = self.clients.touch(cid, self.now_ms())
+            if request.group.name:
+                session.groups.add(request.group.name)
+            session.client_type = int(request.client_type)
+            return sv.HeartbeatResponse(status=mapping.status())
+
+        return await answer(sv.HeartbeatResponse, work)
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        self.clients.remove(client_id(context))
+        return sv.NotifyClientTerminationResponse(status=mapping.status())
+
+    # --- Telemetry: settings handshake and the check-back channel. ------------------------------
+
+    def _settings_reply(self, settings: Any) -> Any:
+        cfg = self.config
+        server = telemetry.ServerSettings(
+            body_size_max=cfg.store.body_size_max,
+            long_polling_timeout_ms=min(
+                cfg.long_polling_timeout_ms, LONG_POLLING_TIMEOUT_REPLY_MS_MAX
+            ),
+            receive_batch_size=limits.RECEIVE_BATCH_MAX,
+            delivery_attempts_max=cfg.delivery_attempts_max,
+            retry_backoff_initial_ms=cfg.retry_backoff_initial_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+        )
+        fifo = False
+        if not telemetry.is_publisher(settings):
+            for entry in settings.subscription.subscriptions:
+                try:
+                    info = self.topics.get(entry.topic.name)
+                except errors.TopicNotFoundError:
+                    continue
+                fifo = fifo or info.message_type is MessageType.FIFO
+        return telemetry.settings_reply(settings, server, fifo=fifo)
+
+    def _on_settings(self, session: Session, settings: Any) -> Any:
+        """Record what the client declared and build the reply command."""
+        if telemetry.is_publisher(settings):
+            session.topics.update(r.name for r in settings.publishing.topics)
+        if settings.subscription.group.name:
+            session.groups.add(settings.subscription.group.name)
+        session.client_type = int(settings.client_type)
+        try:
+            reply = self._settings_reply(settings)
+        except Exception as exc:
+            return sv.TelemetryCommand(status=fail(exc))
+        return sv.TelemetryCommand(status=mapping.status(), settings=reply)
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        """The client's Settings handshake, then the check-back channel, kept open until the
+        client closes it. A reader task puts replies in this stream's own outbox, where the
+        check-back loop puts its commands too; this generator writes them out."""
+        cid = client_id(context)
+        try:
+            if not cid:
+                raise ClientIdRequiredError("x-mq-client-id metadata is required")
+            session = self.clients.touch(cid, self.now_ms())
+        except Exception as exc:
+            yield sv.TelemetryCommand(status=fail(exc))
+            return
+        stream = session.open_stream()
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    session.last_seen_ms = self.now_ms()
+                    if cmd.HasField("settings"):
+                        stream.outbox.put_nowait(self._on_settings(session, cmd.settings))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken stream ends this stream only
+                log.warning("telemetry stream of %s failed: %r", cid, exc)
+            finally:
+                # This stream's own outbox: ending it cannot end a newer stream of the client.
+                stream.outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await stream.outbox.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            session.close_stream(stream)
+            session.last_seen_ms = self.now_ms()
+
+    # --- Producing. ---------------------------------------------------------------------------
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        """Store each message; the top status is OK or the first entry's failure."""
+        if not request.messages:
+            return sv.SendMessageResponse(status=fail(BadRequestError("no messages to send")))
+        if len(request.messages) > SEND_BATCH_MAX:
+            return sv.SendMessageResponse(
+                status=fail(BadRequestError(f"at most {SEND_BATCH_MAX} messages per send"))
+            )
+        cid, peer = client_id(context), context.peer() or ""
+        entries, top = [], mapping.status()
+        for msg in request.messages:
+            try:
+                sent = await self.run(self.sends.send, msg, client_id=cid, peer=peer)
+                if sent.deliverable:
+                    self.notify_appended(sent.topic, sent.queue_id)
+                entry = sv.SendResultEntry(
+                    status=mapping.status(),
+                    message_id=sent.message_id,
+                    transaction_id=sent.transaction_id,
+                    offset=max(0, sent.queue_offset),
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                entry = sv.SendResultEntry(
+                    status=fail(exc), message_id=msg.system_properties.message_id
+                )
+                if top.code == pb.OK:
+                    top = entry.status
+            entries.append(entry)
+        return sv.SendMessageResponse(status=top, entries=entries)
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        async def work() -> Any:
+            decided = await self.run(self.sends.end, request)
+            if decided.outcome is Outcome.COMMITTED:
+                # The commit record is the message entering its queue: wake that topic.
+                self.notify_appended(decided.topic)
+            return sv.EndTransactionResponse(status=mapping.status())
+
+        return await answer(sv.EndTransactionResponse, work)
+
+    # --- Consuming: delegated. ------------------------------------------------------------------
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.QueryAssignmentResponse(status=_unsupported("QueryAssignment"))
+        return await self.consume.QueryAssignment(request, context)
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        if self.consume is None:
+            yield sv.ReceiveMessageResponse(status=_unsupported("ReceiveMessage"))
+            return
+        async for item in self.consume.ReceiveMessage(request, context):
+            yield item
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.AckMessageResponse(status=_unsupported("AckMessage"))
+        return await self.consume.AckMessage(request, context)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.ChangeInvisibleDurationResponse(
+                status=_unsupported("ChangeInvisibleDuration")
+            )
+        return await self.consume.ChangeInvisibleDuration(request, context)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.ForwardMessageToDeadLetterQueueResponse(
+                status=_unsupported("ForwardMessageToDeadLetterQueue")
+            )
+        return await self.consume.ForwardMessageToDeadLetterQueue(request, context)
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        if self.consume is None:
+            yield sv.PullMessageResponse(status=_unsupported("PullMessage"))
+            return
+        async for item in self.consume.PullMessage(request, context):
+            yield item
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.UpdateOffsetResponse(status=_unsupported("UpdateOffset"))
+        return await self.consume.UpdateOffset(request, context)
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.GetOffsetResponse(status=_unsupported("GetOffset"))
+        return await self.consume.GetOffset(request, context)
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        if self.consume is None:
+            return sv.QueryOffsetResponse(status=_unsupported("QueryOffset"))
+        return await self.consume.QueryOffset(request, context)
+
+    # --- Not supported. -------------------------------------------------------------------------
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        return sv.RecallMessageResponse(status=_unsupported("RecallMessage"))
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        return sv.SyncLiteSubscriptionResponse(status=_unsupported("SyncLiteSubscription"))
