@@ -1,7 +1,10 @@
-"""Configuration loading: TOML file < ``TXMQ_*`` environment variables < flags.
+"""Configuration loading: defaults < TOML file < ``TXMQ_*`` environment variables < flags.
 
-Owns: turning those three sources into a validated BrokerConfig, with a clear ConfigError
-naming the source and key of a bad value.
+Owns: turning those sources into one validated BrokerConfig. Every bad value is refused with a
+ConfigError naming where it came from (``broker.toml: [broker].port``, ``TXMQ_PORT``,
+``--port``) and what is accepted; unknown TOML sections and keys are refused too, so a typo in
+the file never silently falls back to a default. The reference is docs/configuration.md.
+Must not: hold defaults of its own (they live in BrokerConfig and StoreConfig).
 """
 
 from __future__ import annotations
@@ -18,70 +21,132 @@ from txmq.errors import ConfigError
 from txmq.model import FlushMode
 from txmq.store.config import StoreConfig
 
-_STORE_KEYS = {f.name for f in fields(StoreConfig)}
-_BROKER_KEYS = {f.name for f in fields(BrokerConfig)} - {"store"}
+# Field name -> declared type (as written in the dataclass), per section.
+BROKER_FIELDS = {f.name: str(f.type) for f in fields(BrokerConfig) if f.name != "store"}
+STORE_FIELDS = {f.name: str(f.type) for f in fields(StoreConfig)}
+# Environment variables that belong to client commands or tests, never to the broker.
+ENV_NOT_BROKER = frozenset({"TXMQ_ENDPOINTS", "TXMQ_SEED"})
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
-def _coerce(key: str, value: Any, target: Any, source: str) -> Any:
+def parse_value(kind: str, value: Any, source: str) -> Any:
+    """Check/convert one value to a field's declared type. Text (env) is parsed; TOML and
+    flag values must already have the right type."""
+    text = isinstance(value, str)
     try:
-        if key == "flush_mode":
-            return FlushMode(str(value).lower())
-        if key == "data_dir":
-            return Path(str(value))
-        if isinstance(target, bool) or key == "auto_create_topics":
+        if kind in ("int", "int | None"):
+            if text:
+                return int(value.strip())
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            raise ValueError("an integer")
+        if kind == "float":
+            if text:
+                return float(value.strip())
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+            raise ValueError("a number")
+        if kind == "bool":
             if isinstance(value, bool):
                 return value
-            return str(value).lower() in ("1", "true", "yes", "on")
-        if isinstance(target, float):
-            return float(value)
-        if isinstance(target, int) or key in ("metrics_port", "port"):
-            return int(value)
-        return str(value)
+            if text and value.strip().lower() in _TRUE + _FALSE:
+                return value.strip().lower() in _TRUE
+            raise ValueError("true or false")
+        if kind == "FlushMode":
+            if isinstance(value, FlushMode):
+                return value
+            return FlushMode(str(value).strip().lower())
+        if kind == "Path":
+            if isinstance(value, Path) or (text and value.strip()):
+                return Path(value)
+            raise ValueError("a path")
+        if text:
+            return value
+        raise ValueError("a string")
     except ValueError as exc:
-        raise ConfigError(f"{source}: bad value for {key}: {value!r}") from exc
+        expected = _expected(kind)
+        raise ConfigError(f"{source}: expected {expected}, got {value!r}") from exc
+
+
+def _expected(kind: str) -> str:
+    if kind == "FlushMode":
+        return " or ".join(repr(m.value) for m in FlushMode)
+    return {
+        "int": "an integer",
+        "int | None": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "Path": "a path",
+    }.get(kind, "a string")
+
+
+def _from_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    broker: dict[str, Any] = {}
+    store: dict[str, Any] = {}
+    for section, table in raw.items():
+        known = {"broker": BROKER_FIELDS, "store": STORE_FIELDS}.get(section)
+        if known is None or not isinstance(table, dict):
+            raise ConfigError(f"{path}: unknown section [{section}] (expected [broker], [store])")
+        out = broker if section == "broker" else store
+        for key, value in table.items():
+            if key not in known:
+                raise ConfigError(f"{path}: unknown key [{section}].{key}")
+            out[key] = parse_value(known[key], value, f"{path}: [{section}].{key}")
+    return broker, store
+
+
+def _from_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    broker: dict[str, Any] = {}
+    store: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith("TXMQ_") or name in ENV_NOT_BROKER:
+            continue
+        key = name[len("TXMQ_") :].lower()
+        if key.startswith("store_") and key[len("store_") :] in STORE_FIELDS:
+            field = key[len("store_") :]
+            store[field] = parse_value(STORE_FIELDS[field], value, name)
+        elif key in BROKER_FIELDS:
+            broker[key] = parse_value(BROKER_FIELDS[key], value, name)
+        # Other TXMQ_* names are left alone: tools and tests share the prefix
+        # (TXMQ_ENDPOINTS, TXMQ_SEED, TXMQ_BENCH_DIR, ...).
+    return broker, store
 
 
 def load_config(
     *, file: Path | None, env: Mapping[str, str], flags: Mapping[str, Any]
 ) -> BrokerConfig:
-    values: dict[str, Any] = {}
-    store: dict[str, Any] = {}
-    if file is not None:
-        try:
-            raw = tomllib.loads(file.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {file}: {exc}") from exc
-        broker_section = raw.get("broker", {})
-        store_section = raw.get("store", {})
-        for k, v in broker_section.items():
-            if k not in _BROKER_KEYS:
-                raise ConfigError(f"{file}: unknown key [broker].{k}")
-            values[k] = v
-        for k, v in store_section.items():
-            if k not in _STORE_KEYS:
-                raise ConfigError(f"{file}: unknown key [store].{k}")
-            store[k] = v
-    for name, v in env.items():
-        if not name.startswith("TXMQ_") or name == "TXMQ_ENDPOINTS" or name == "TXMQ_SEED":
+    """Merge the sources (flags > env > file > defaults) into a validated BrokerConfig.
+
+    ``flags`` maps field names to values, None meaning "not given".
+
+    Raises:
+        ConfigError: a source is unreadable, names an unknown setting or holds a bad value.
+    """
+    broker, store = _from_file(file) if file is not None else ({}, {})
+    env_broker, env_store = _from_env(env)
+    broker.update(env_broker)
+    store.update(env_store)
+    for key, value in flags.items():
+        if value is None:
             continue
-        k = name[5:].lower()
-        if k.startswith("store_") and k[6:] in _STORE_KEYS:
-            store[k[6:]] = v
-        elif k in _BROKER_KEYS:
-            values[k] = v
-    for k, v in flags.items():
-        if v is None:
-            continue
-        (store if k in _STORE_KEYS else values)[k] = v
-    if "data_dir" not in values:
+        flag = "--" + key.replace("_", "-")
+        if key in STORE_FIELDS:
+            store[key] = parse_value(STORE_FIELDS[key], value, flag)
+        elif key in BROKER_FIELDS:
+            broker[key] = parse_value(BROKER_FIELDS[key], value, flag)
+        else:
+            raise ConfigError(f"{flag}: not a broker setting")
+    if "data_dir" not in broker:
         raise ConfigError("a data directory is required (--data-dir, TXMQ_DATA_DIR or data_dir)")
-    defaults_store = StoreConfig()
-    store_cfg = StoreConfig(
-        **{k: _coerce(k, v, getattr(defaults_store, k), "store") for k, v in store.items()}
-    )
-    probe = BrokerConfig(data_dir=Path("."))
-    kwargs = {k: _coerce(k, v, getattr(probe, k), "broker") for k, v in values.items()}
-    return BrokerConfig(store=store_cfg, **kwargs)
+    # BrokerConfig and StoreConfig validate ranges and raise ConfigError naming the field.
+    return BrokerConfig(store=StoreConfig(**store), **broker)
 
 
 def env() -> Mapping[str, str]:

@@ -6,6 +6,7 @@ Exit codes scripts can rely on:
      inconsistent)
   2  bad input: usage errors, bad configuration, unknown topic / transaction / message id
   3  the broker is unreachable
+  130  interrupted (Ctrl-C)
 
 Every error is one line on stderr: ``txmq: <what went wrong>``.
 Owns: that mapping (``CliError``, ``TxmqGroup``) and ``txmq broker``, which builds a
@@ -16,6 +17,7 @@ demo's or Spark's dependencies are missing).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +37,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 class CliError(click.ClickException):
@@ -61,7 +64,39 @@ def cli_error(exc: TxmqError) -> CliError:
     return CliError(message, exit_code_for(exc))
 
 
-class TxmqGroup(click.Group):
+class OneLineErrors(click.Command):
+    """Standalone runs print every error as one ``txmq: ...`` line with the documented exit
+    code, usage errors included (click's default is a multi-line usage block)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"txmq: {exc.format_message()}{hint}", err=True)
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("txmq: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except TxmqError as exc:
+            cli_error(exc).show()
+            sys.exit(exit_code_for(exc))
+        sys.exit(EXIT_OK)
+
+
+class TxmqGroup(OneLineErrors, click.Group):
     """Maps typed errors from any subcommand to a one-line message and exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -83,7 +118,7 @@ def cli() -> None:
     """
 
 
-@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@cli.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Where the broker keeps data.")
 @click.option("--port", type=int, help="Port to listen on; 0 picks a free one.  [default: 8081]")
 @click.option("--host", help="Address to bind.  [default: 127.0.0.1]")
