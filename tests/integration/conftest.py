@@ -1,20 +1,51 @@
-"""Integration fixtures: the REAL broker as a subprocess on 127.0.0.1 with a port picked at run
-time (``--port 0``, the port is read from its first line), and official-client helpers."""
+"""Integration fixtures: the REAL broker as a subprocess on 127.0.0.1.
+
+Reuse these in any integration test (other test directories may import them too):
+
+- ``broker``: a started broker (``python -m txmq.broker --data-dir D --port 0`` plus ``FAST``
+  flags: short transaction timeout and check interval, 3 delivery attempts). It is stopped with
+  SIGTERM after the test. ``broker.endpoints`` is what the official client's
+  ``ClientConfiguration`` takes.
+- ``start_broker(*extra_args)``: a factory for brokers with other flags (each in its own data
+  directory under tmp_path); all are stopped after the test.
+- ``BrokerProcess`` methods: ``start()`` (same data dir and, after the first start, the same
+  port, so clients can reconnect), ``stop()`` (SIGTERM, clean shutdown), ``kill9()`` (SIGKILL,
+  a crash), ``log_tail()`` (the broker's stderr, kept in ``<data_dir>.log``).
+
+How the port is found: the broker binds port 0 (a free port picked at run time) and prints
+``txmq broker listening on 127.0.0.1:PORT`` as its first stdout line, flushed; ``start`` reads
+that line (bounded by ``START_TIMEOUT_S``).
+"""
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).parents[2]
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+# Transaction and delivery timings short enough for tests to see check-back and redelivery.
+FAST = [
+    "--transaction-timeout-ms",
+    "800",
+    "--transaction-check-interval-ms",
+    "1000",
+    "--delivery-attempts-max",
+    "3",
+    "--retry-backoff-initial-ms",
+    "1000",
+]
 
 
 @dataclass
@@ -28,7 +59,18 @@ class BrokerProcess:
     def endpoints(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.with_name(self.data_dir.name + ".log")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
     def start(self) -> None:
+        """Start (or restart) the broker and wait for its "listening on" line."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         cmd = [
             sys.executable,
@@ -40,53 +82,76 @@ class BrokerProcess:
             str(self.port),
             *self.args,
         ]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert "listening on" in line, f"broker did not start: {line!r}"
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env
+            )
+        line = self._first_line()
+        assert "listening on" in line, f"broker did not start: {line!r}\n{self.log_tail()}"
         self.port = int(line.rsplit(":", 1)[1])
+
+    def _first_line(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            if not sel.select(timeout=START_TIMEOUT_S):
+                self.proc.kill()
+                self.proc.wait()
+                return ""
+            return self.proc.stdout.readline()
+        finally:
+            sel.close()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill9(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=STOP_TIMEOUT_S)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-FAST = [
-    "--transaction-timeout-ms",
-    "800",
-    "--transaction-check-interval-ms",
-    "1000",
-    "--delivery-attempts-max",
-    "3",
-    "--retry-backoff-initial-ms",
-    "1000",
-]
+    def stop(self) -> int | None:
+        """SIGTERM and wait; returns the exit code (None if it was not running)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"broker ignored SIGTERM\n{self.log_tail()}") from None
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "broker", FAST)
+    b = BrokerProcess(tmp_path / "broker", list(FAST))
     b.start()
     yield b
     b.stop()
 
 
-def wait_until(predicate: object, timeout_s: float, what: str) -> None:
+@pytest.fixture
+def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    started: list[BrokerProcess] = []
+
+    def start(*args: str) -> BrokerProcess:
+        b = BrokerProcess(tmp_path / f"broker-{len(started)}", list(args))
+        started.append(b)
+        b.start()
+        return b
+
+    yield start
+    for b in started:
+        b.stop()
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
