@@ -56,6 +56,10 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
     shown = json.loads(ok("message", "show", mid.split()[0], *ep))
     assert shown["body"] == "hello"
     assert "k1" in ok("message", "find", "--topic", "plain", "--key", "k1", *ep)
+    assert mid.split()[0] in ok("message", "find", "--key", "k1", *ep)  # every topic
+    ok("send", "plain", "later", "--delay-ms", "500", *ep)
+    tailed = ok("tail", "plain", "--group", "tailer", "--max", "2", *ep)
+    assert sorted(json.loads(x)["body"] for x in tailed.splitlines()) == ["hello", "later"]
     ok("txn", "list", *ep)
     assert "deleted" in ok("topic", "delete", "plain", *ep)
     broker.stop()
@@ -85,6 +89,10 @@ def test_operator_resolves_an_orphaned_transaction(broker: BrokerProcess) -> Non
         (["txn", "show", "bad-id"], 2, "unknown"),
         (["message", "show", "NOPE"], 2, "no message"),
         (["topic", "create", "bad name!"], 2, "illegal topic"),
+        (["topic", "delete", "nope"], 2, "does not exist"),
+        (["consume", "nope", "--wait-s", "1"], 2, "does not exist"),
+        (["group", "describe", "nobody"], 2, "no positions"),
+        (["txn", "resolve", "bad-id", "commit"], 2, "unknown"),
     ],
 )
 def test_bad_input_one_line_error(
@@ -94,6 +102,34 @@ def test_bad_input_one_line_error(
     assert r.returncode == code
     assert text in r.stderr.lower()
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_duplicate_topic_is_bad_input(broker: BrokerProcess) -> None:
+    ep = ["--endpoints", broker.endpoints]
+    ok("topic", "create", "dup", *ep)
+    r = txmq("topic", "create", "dup", *ep)
+    assert r.returncode == 2 and "already exists" in r.stderr
+
+
+def test_demo_against_a_running_broker(broker: BrokerProcess, tmp_path: Path) -> None:
+    """--endpoints mode: the demo gets its own topic and group on a shared broker, so it runs
+    twice on one broker and both runs are consistent."""
+    for seed in ("1", "2"):
+        r = txmq(
+            "demo",
+            "--orders",
+            "20",
+            "--seed",
+            seed,
+            "--no-spark",
+            "--endpoints",
+            broker.endpoints,
+            "--work-dir",
+            str(tmp_path / seed),
+        )
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        assert "CONSISTENT" in r.stdout and "INCONSISTENT" not in r.stdout
+        assert (tmp_path / seed / "orders.db").exists()
 
 
 def test_broker_down_exit_3() -> None:

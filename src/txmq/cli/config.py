@@ -30,10 +30,10 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-def parse_value(kind: str, value: Any, source: str) -> Any:
-    """Check/convert one value to a field's declared type. Text (env) is parsed; TOML and
-    flag values must already have the right type."""
-    text = isinstance(value, str)
+def parse_value(kind: str, value: Any, source: str, *, from_text: bool = False) -> Any:
+    """Check/convert one value to a field's declared type. Environment text is parsed
+    (``from_text``); TOML and flag values must already have the right type."""
+    text = from_text and isinstance(value, str)
     try:
         if kind in ("int", "int | None"):
             if text:
@@ -58,10 +58,10 @@ def parse_value(kind: str, value: Any, source: str) -> Any:
                 return value
             return FlushMode(str(value).strip().lower())
         if kind == "Path":
-            if isinstance(value, Path) or (text and value.strip()):
+            if isinstance(value, Path) or (isinstance(value, str) and value.strip()):
                 return Path(value)
             raise ValueError("a path")
-        if text:
+        if isinstance(value, str):
             return value
         raise ValueError("a string")
     except ValueError as exc:
@@ -111,9 +111,9 @@ def _from_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any
         key = name[len("TXMQ_") :].lower()
         if key.startswith("store_") and key[len("store_") :] in STORE_FIELDS:
             field = key[len("store_") :]
-            store[field] = parse_value(STORE_FIELDS[field], value, name)
+            store[field] = parse_value(STORE_FIELDS[field], value, name, from_text=True)
         elif key in BROKER_FIELDS:
-            broker[key] = parse_value(BROKER_FIELDS[key], value, name)
+            broker[key] = parse_value(BROKER_FIELDS[key], value, name, from_text=True)
         # Other TXMQ_* names are left alone: tools and tests share the prefix
         # (TXMQ_ENDPOINTS, TXMQ_SEED, TXMQ_BENCH_DIR, ...).
     return broker, store

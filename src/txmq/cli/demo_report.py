@@ -9,6 +9,7 @@ Must not: talk to the broker or the databases (demo.py gathers the facts).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from rich.table import Table
@@ -73,7 +74,7 @@ def percentile(values: list[float], p: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(p * len(ordered))))
     return ordered[rank - 1]
 
 

@@ -1,0 +1,240 @@
+"""The CLI without a broker (click's CliRunner, in process): help on every command, the
+exit-code contract, configuration precedence and validation, the demo's report logic and its
+failure plan.
+
+Each error case checks the two promises scripts rely on: the documented exit code and exactly
+one ``txmq: ...`` line on stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from txmq.cli.config import load_config
+from txmq.cli.demo_report import FATE_COMMITS, Facts, SparkResult, checks, percentile
+from txmq.cli.main import EXIT_UNREACHABLE, EXIT_USAGE, _register, cli, exit_code_for
+from txmq.errors import (
+    BadRequestError,
+    BrokerUnavailableError,
+    ConfigError,
+    NotFoundError,
+    TxmqError,
+)
+from txmq.model import FlushMode
+
+_register()
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+def one_line_error(r: Result, code: int) -> str:
+    assert r.exit_code == code, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("txmq: "), r.stderr
+    return lines[0]
+
+
+def all_command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = [prefix]
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            out += all_command_paths(cmd, (*prefix, name))
+        else:
+            out.append((*prefix, name))
+    return out
+
+
+def test_help_on_every_command() -> None:
+    paths = all_command_paths(cli)
+    for needed in (("broker",), ("topic", "create"), ("send",), ("tail",), ("demo",)):
+        assert needed in paths
+    for path in paths:
+        r = run(*path, "--help")
+        assert r.exit_code == 0 and "Usage" in r.stdout, path
+
+
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        (["nosuch"], "No such command"),
+        (["topic", "create"], "Missing argument"),
+        (["topic", "create", "t", "--queues", "0"], "--queues"),
+        (["topic", "create", "t", "--type", "weird"], "--type"),
+        (["send", "t", "body", "--outcome", "maybe"], "--outcome"),
+        (["txn", "resolve", "id", "perhaps"], "perhaps"),
+        (["store", "verify", "--data-dir", "/nonexistent/txmq"], "does not exist"),
+        (["demo", "--orders", "0"], "--orders"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: list[str], text: str) -> None:
+    line = one_line_error(run(*args), EXIT_USAGE)
+    assert text in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topic", "list"],
+        ["topic", "describe", "orders"],
+        ["group", "list"],
+        ["txn", "list"],
+        ["message", "show", "ABC"],
+        ["send", "orders", "hi"],
+        ["consume", "orders"],
+    ],
+)
+def test_broker_down_is_exit_3(args: list[str]) -> None:
+    # Port 1 on loopback: nothing listens there, the connection is refused at once.
+    line = one_line_error(run(*args, "--endpoints", "127.0.0.1:1"), EXIT_UNREACHABLE)
+    assert "unreachable" in line
+
+
+def test_endpoints_from_environment() -> None:
+    r = run("topic", "list", env={"TXMQ_ENDPOINTS": "127.0.0.1:1"})
+    assert "127.0.0.1:1" in one_line_error(r, EXIT_UNREACHABLE)
+
+
+def test_exit_codes_by_error_type() -> None:
+    assert exit_code_for(BrokerUnavailableError("h:1", "down")) == 3
+    assert exit_code_for(ConfigError("bad")) == 2
+    assert exit_code_for(NotFoundError("no topic")) == 2
+    assert exit_code_for(BadRequestError("bad id")) == 2
+    assert exit_code_for(TxmqError("refused")) == 1
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text(
+        '[broker]\ndata_dir = "/from/file"\nport = 1111\nhost = "0.0.0.0"\n'
+        "transaction_check_max = 3\n"
+        '[store]\nflush_mode = "async"\nsegment_size_bytes = 67108864\n'
+    )
+    env = {
+        "TXMQ_PORT": "2222",
+        "TXMQ_TRANSACTION_CHECK_MAX": "4",
+        "TXMQ_STORE_DISK_WATERMARK": "0.5",
+    }
+    c = load_config(file=cfg, env=env, flags={"port": 3333, "host": None})
+    assert c.port == 3333  # flag beats env and file
+    assert c.transaction_check_max == 4  # env beats file
+    assert c.host == "0.0.0.0"  # file beats default
+    assert c.data_dir == Path("/from/file")
+    assert c.store.flush_mode is FlushMode.ASYNC
+    assert c.store.disk_watermark == 0.5
+    assert c.store.segment_size_bytes == 67108864
+    assert c.delivery_attempts_max == 16  # default
+    # Unrelated TXMQ_* names are left to the tools that own them.
+    assert load_config(
+        file=None, env={"TXMQ_SEED": "1", "TXMQ_BENCH_DIR": "x"}, flags={"data_dir": "d"}
+    )
+
+
+@pytest.mark.parametrize(
+    "toml,env,text",
+    [
+        ("[broker]\nport = 99999\n", {}, "port must be 0..65535"),
+        ('[broker]\nport = "8081"\n', {}, "[broker].port: expected an integer"),
+        ("[broker]\nauto_create_topics = 1\n", {}, "expected true or false"),
+        ("[broker]\nnope = 1\n", {}, "unknown key [broker].nope"),
+        ("[brokr]\nport = 1\n", {}, "unknown section [brokr]"),
+        ('[store]\nflush_mode = "sometimes"\n', {}, "expected 'sync' or 'async'"),
+        ("[broker\n", {}, "not valid TOML"),
+        ("", {"TXMQ_PORT": "eighty"}, "TXMQ_PORT: expected an integer"),
+        ("", {"TXMQ_AUTO_CREATE_TOPICS": "maybe"}, "TXMQ_AUTO_CREATE_TOPICS"),
+        ("", {"TXMQ_STORE_RETENTION_MS": "5"}, "retention_ms must be at least"),
+    ],
+)
+def test_bad_configuration_names_its_source(
+    tmp_path: Path, toml: str, env: dict[str, str], text: str
+) -> None:
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text(toml)
+    with pytest.raises(ConfigError, match=None) as err:
+        load_config(file=cfg, env=env, flags={"data_dir": tmp_path / "d"})
+    assert text in str(err.value)
+    # The same through the command: one line, exit 2, before any port is bound.
+    r = run("broker", "--data-dir", str(tmp_path / "d"), "--config", str(cfg), env=env)
+    assert text in one_line_error(r, EXIT_USAGE)
+
+
+def test_missing_data_dir_and_missing_file(tmp_path: Path) -> None:
+    assert "data directory is required" in one_line_error(run("broker", "--port", "0"), 2)
+    r = run("broker", "--data-dir", str(tmp_path), "--config", str(tmp_path / "none.toml"))
+    assert "cannot read config file" in one_line_error(r, EXIT_USAGE)
+
+
+# --- the demo's report and plan --------------------------------------------------------------
+
+
+def consistent_facts() -> Facts:
+    fates = {"a": "ok", "b": "local-error", "c": "hang", "d": "crash-before-db", "e": "ok"}
+    committed = {o for o, fate in fates.items() if FATE_COMMITS[fate]}
+    return Facts(
+        fates=fates,
+        qty={o: 2 for o in fates},
+        db_orders=committed,
+        processed={"a": 10.0, "c": 12.0},
+        processed_rows=2,
+        stock_deducted=4,
+        dead_lettered={"e"},
+        topic_messages=3,
+        undecided=0,
+        dead_transactions=0,
+        spark=SparkResult(rows=2, orders=3, qty=6),
+    )
+
+
+def test_report_consistent_run_passes_every_check() -> None:
+    results = checks(consistent_facts())
+    assert results and all(c.ok for c in results), [c for c in results if not c.ok]
+
+
+@pytest.mark.parametrize(
+    "change,failing",
+    [
+        ({"processed": {"a": 1.0, "c": 1.0, "b": 1.0}}, "leaks"),
+        ({"topic_messages": 4}, "committed messages (broker)"),
+        ({"processed_rows": 3}, "deducted twice"),
+        ({"stock_deducted": 6}, "stock deducted"),
+        ({"undecided": 1}, "left undecided"),
+        ({"db_orders": {"a", "c", "e", "d"}, "topic_messages": 4}, "injected fate"),
+        ({"dead_lettered": set()}, "deducted + dead-lettered"),
+        ({"spark": SparkResult(rows=2, orders=2, qty=6)}, "Spark: orders"),
+        ({"spark_error": "the Spark step failed"}, "Spark step"),
+    ],
+)
+def test_report_catches_each_inconsistency(change: dict[str, object], failing: str) -> None:
+    facts = consistent_facts()
+    for k, v in change.items():
+        setattr(facts, k, v)
+    bad = [c.name for c in checks(facts) if not c.ok]
+    assert any(failing in name for name in bad), bad
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([], 0.5) == 0.0
+    assert percentile([5.0], 0.99) == 5.0
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+
+
+def test_failure_plan_is_seeded_and_covers_every_fate() -> None:
+    from txmq.cli.demo_steps import load_example
+
+    orders = load_example("order_service")
+    plan = orders.plan_orders(30, 3, "run")
+    assert plan == orders.plan_orders(30, 3, "run")
+    assert plan != orders.plan_orders(30, 4, "run")
+    assert {o.fate for o in plan} == set(FATE_COMMITS)
+    assert any(o.sku == orders.POISON_SKU for o in plan)
+    assert len({o.order_id for o in plan}) == 30
