@@ -1,0 +1,124 @@
+"""Transactions with the official Python client against a real broker, beyond the basic
+commit / rollback / check-back cases (test_official_client.py has those):
+
+- a transaction whose producer left is not rolled back for lack of an answer: it waits, and the
+  next live producer of the topic answers the check-back;
+- a decision is idempotent (the same decision again answers OK and delivers once) and the
+  opposite decision is refused with a clear status;
+- an undecided transaction survives a broker restart and is resolved by check-back after it.
+
+Method: official Producer/SimpleConsumer, plus a raw EndTransaction stub for the repeat
+decisions the client itself never sends."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+from rocketmq import FilterExpression, SimpleConsumer
+from rocketmq import TransactionResolution as R
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+from tests.integration.clients import Checker, config, drain, message, producer
+from tests.integration.conftest import BrokerProcess, wait_until
+
+
+def _receive_all(endpoints: str, group: str, topic: str, want: int, settle_s: float) -> list[bytes]:
+    """Drain ``want`` messages, then keep listening ``settle_s`` for unwanted extras."""
+    # A short long-poll, so listening for extras ends close to ``settle_s``.
+    c = SimpleConsumer(config(endpoints), group, {topic: FilterExpression()}, await_duration=2)
+    c.startup()
+    try:
+        got = [m.body for m in drain(c, want, 30)]
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            for m in c.receive(32, 2) or []:
+                got.append(m.body)
+                c.ack(m)
+        return got
+    finally:
+        c.shutdown()
+
+
+def test_a_left_producers_transaction_waits_for_the_next_live_producer(
+    broker: BrokerProcess,
+) -> None:
+    first = Checker(lambda m: R.ROLLBACK)
+    a = producer(broker.endpoints, ("txw",), first)
+    tx = a.begin_transaction()
+    half = a.send(message("txw", b"orphan"), tx)
+    a.shutdown()  # leaves without deciding
+    # With nobody to ask, check-backs are not spent: many check intervals (1 s) pass and the
+    # transaction is neither checked nor given up.
+    time.sleep(4)
+    assert first.calls == []
+    second = Checker(lambda m: R.COMMIT)
+    b = producer(broker.endpoints, ("txw",), second)
+    try:
+        wait_until(lambda: half.message_id in second.calls, 30, "a check-back to the new producer")
+        assert _receive_all(broker.endpoints, "g-txw", "txw", 1, 2) == [b"orphan"]
+    finally:
+        b.shutdown()
+
+
+def _end(broker: BrokerProcess, topic: str, message_id: str, tid: str, resolution: int) -> object:
+    channel = grpc.insecure_channel(broker.endpoints)
+    try:
+        return (
+            sg.MessagingServiceStub(channel)
+            .EndTransaction(
+                sv.EndTransactionRequest(
+                    topic=pb.Resource(name=topic),
+                    message_id=message_id,
+                    transaction_id=tid,
+                    resolution=resolution,
+                    source=pb.SOURCE_CLIENT,
+                ),
+                metadata=[("x-mq-client-id", "repeat-decider")],
+                timeout=15,
+            )
+            .status
+        )
+    finally:
+        channel.close()
+
+
+def test_decisions_are_idempotent_and_a_contradiction_is_refused(broker: BrokerProcess) -> None:
+    p = producer(broker.endpoints, ("txi",), Checker(lambda m: R.ROLLBACK))
+    try:
+        tx = p.begin_transaction()
+        committed = p.send(message("txi", b"once"), tx)
+        tx.commit()
+        tx = p.begin_transaction()
+        rolled = p.send(message("txi", b"never"), tx)
+        tx.rollback()
+    finally:
+        p.shutdown()
+    assert committed.transaction_id and rolled.transaction_id
+    again = _end(broker, "txi", committed.message_id, committed.transaction_id, pb.COMMIT)
+    assert again.code == pb.OK, again  # type: ignore[attr-defined]
+    flip = _end(broker, "txi", committed.message_id, committed.transaction_id, pb.ROLLBACK)
+    assert flip.code == pb.PRECONDITION_FAILED and "committed" in flip.message  # type: ignore[attr-defined]
+    flip = _end(broker, "txi", rolled.message_id, rolled.transaction_id, pb.COMMIT)
+    assert flip.code == pb.PRECONDITION_FAILED  # type: ignore[attr-defined]
+    assert _receive_all(broker.endpoints, "g-txi", "txi", 1, 3) == [b"once"]
+
+
+def test_an_undecided_transaction_survives_a_restart_and_is_resolved(
+    broker: BrokerProcess,
+) -> None:
+    a = producer(broker.endpoints, ("txr",), Checker(lambda m: R.ROLLBACK))
+    tx = a.begin_transaction()
+    half = a.send(message("txr", b"across the restart"), tx)
+    a.shutdown()
+    broker.stop()
+    broker.start()
+    checker = Checker(lambda m: R.COMMIT)
+    b = producer(broker.endpoints, ("txr",), checker)
+    try:
+        wait_until(lambda: half.message_id in checker.calls, 30, "check-back after restart")
+        assert _receive_all(broker.endpoints, "g-txr", "txr", 1, 2) == [b"across the restart"]
+    finally:
+        b.shutdown()
