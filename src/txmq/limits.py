@@ -107,3 +107,6 @@ assert TRANSACTIONS_DEAD_MAX <= TRANSACTIONS_PENDING_MAX
 # (group, topic, queue) positions a broker tracks; each costs a delivery book in memory and a row
 # in the positions file, so a client inventing group names cannot grow them without end.
 CONSUMER_QUEUES_MAX: Final = 100_000
+# Half records kept in memory between prepare and decision so a commit need not read its half
+# back from disk; beyond this many bytes the oldest are dropped and read back when decided.
+TRANSACTION_HALF_CACHE_BYTES: Final = 16 * MiB

@@ -56,6 +56,7 @@ import dataclasses
 import logging
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,10 @@ class Transactions:
         self._checks_sent = 0
         self._check_errors = 0
         self._outcomes: dict[str, int] = {}
+        # Recent half records by transaction id (bounded in bytes): most decisions arrive
+        # milliseconds after the prepare, so the commit then needs no read from disk.
+        self._halves: OrderedDict[str, Record] = OrderedDict()
+        self._halves_bytes = 0
         self._recover()
 
     @classmethod
@@ -240,6 +245,7 @@ class Transactions:
             )
             with self._lock:
                 self.book.add(txn)
+                self._cache_half(stored)
         finally:
             with self._lock:
                 self._preparing.discard(tid)
@@ -282,6 +288,7 @@ class Transactions:
             raise
         with self._lock:
             self.book.finish(txn, outcome, source, self.now_ms())
+            self._uncache_half(transaction_id)
             key = f"{source.value}:{outcome.value}"
             self._outcomes[key] = self._outcomes.get(key, 0) + 1
             self._settle()
@@ -295,8 +302,27 @@ class Transactions:
         self._inflight -= 1
         self._decided.notify_all()
 
+    def _half(self, txn: Txn) -> Record:
+        with self._lock:
+            half = self._halves.get(txn.transaction_id)
+        return self.store.read_at(txn.half_offset) if half is None else half
+
+    def _cache_half(self, half: Record) -> None:
+        """Under the lock."""
+        self._halves[half.properties[PROP_TRANSACTION_ID]] = half
+        self._halves_bytes += half.size
+        while self._halves_bytes > limits.TRANSACTION_HALF_CACHE_BYTES:
+            _, old = self._halves.popitem(last=False)
+            self._halves_bytes -= old.size
+
+    def _uncache_half(self, transaction_id: str) -> None:
+        """Under the lock."""
+        half = self._halves.pop(transaction_id, None)
+        if half is not None:
+            self._halves_bytes -= half.size
+
     def _append_decision(self, txn: Txn, outcome: Outcome, source: DecisionSource) -> None:
-        half = self.store.read_at(txn.half_offset)
+        half = self._half(txn)
         invariant(
             half.flag is TxnFlag.PREPARED
             and half.properties.get(PROP_TRANSACTION_ID) == txn.transaction_id,
@@ -345,7 +371,7 @@ class Transactions:
         if due.give_up:
             self.end(txn.transaction_id, commit=False, source=DecisionSource.MAX_CHECKS)
             return None
-        half = self.store.read_at(txn.half_offset)
+        half = self._half(txn)
         outcome = self._run_resolvers(txn, half)
         if outcome is not None:
             commit = outcome is Outcome.COMMITTED
