@@ -5,7 +5,7 @@ ReceiveMessage (long polling; a status item, a delivery_timestamp item, then mes
 AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, PullMessage, UpdateOffset,
 GetOffset and QueryOffset; appending dead letters to ``%DLQ%<group>``; waking long polls on
 ``notify_appended``; the background sweep that dead-letters abandoned last attempts and saves
-positions. ``ConsumeHandlers`` adapts it to the servicer class of broker/service.py.
+positions.
 Must not: keep delivery state (``ConsumerPositions`` in offsets.py does) or block the event loop
 (store calls run in the executor).
 """
@@ -16,9 +16,9 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
@@ -42,9 +42,6 @@ from txmq.model import (
 )
 from txmq.protocol import mapping
 from txmq.store.store import Store
-
-if TYPE_CHECKING:
-    from txmq.broker.parts import Parts
 
 log = logging.getLogger("txmq.broker.consume")
 T = TypeVar("T")
@@ -71,7 +68,6 @@ class ConsumeRpcs:
         executor: ThreadPoolExecutor,
         metrics: Metrics,
         positions: ConsumerPositions | None = None,
-        wait_for: Callable[[str, float], Awaitable[None]] | None = None,
         endpoint: tuple[str, int] | None = None,
     ) -> None:
         self.store = store
@@ -89,7 +85,6 @@ class ConsumeRpcs:
             backoff_max_ms=config.retry_backoff_max_ms,
             now_ms=now_ms,
         )
-        self._wait_for_hook = wait_for
         # What QueryAssignment advertises; the server sets it once the port is bound.
         self.endpoint = endpoint or (config.advertised_host or config.host, config.port)
         self._wakeups: dict[str, asyncio.Event] = {}
@@ -118,9 +113,6 @@ class ConsumeRpcs:
             ev.set()
 
     async def _wait_for(self, topic: str, timeout_s: float) -> None:
-        if self._wait_for_hook is not None:
-            await self._wait_for_hook(topic, timeout_s)
-            return
         ev = self._wakeups.setdefault(topic, asyncio.Event())
         try:
             await asyncio.wait_for(ev.wait(), timeout=max(0.0, timeout_s))
@@ -403,55 +395,3 @@ def _message_queues(info: Any, endpoint: tuple[str, int]) -> list[Any]:
         )
         for i in range(info.queue_count)
     ]
-
-
-class ConsumeHandlers:
-    """Mixin for broker/service.py's ``Service``: its consumer RPCs delegate to one
-    ``ConsumeRpcs`` that shares the service's parts (positions, store, topics) and long-poll
-    wake-ups, so the service's background loops (sweep, save) act on the same state."""
-
-    parts: Parts
-    executor: ThreadPoolExecutor
-    _wait_for: Callable[[str, float], Awaitable[None]]
-
-    @functools.cached_property
-    def consume(self) -> ConsumeRpcs:
-        from txmq.broker.parts import wall_ms
-
-        p = self.parts
-        return ConsumeRpcs(
-            store=p.store,
-            topics=p.topics,
-            config=p.config,
-            now_ms=wall_ms,
-            executor=self.executor,
-            metrics=p.metrics,
-            positions=p.deliveries,
-            wait_for=self._wait_for,
-        )
-
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        async for item in self.consume.ReceiveMessage(request, context):
-            yield item
-
-    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        async for item in self.consume.PullMessage(request, context):
-            yield item
-
-    async def AckMessage(self, request: Any, context: Any) -> Any:
-        return await self.consume.AckMessage(request, context)
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        return await self.consume.ChangeInvisibleDuration(request, context)
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        return await self.consume.ForwardMessageToDeadLetterQueue(request, context)
-
-    async def GetOffset(self, request: Any, context: Any) -> Any:
-        return await self.consume.GetOffset(request, context)
-
-    async def UpdateOffset(self, request: Any, context: Any) -> Any:
-        return await self.consume.UpdateOffset(request, context)
-
-    async def QueryOffset(self, request: Any, context: Any) -> Any:
-        return await self.consume.QueryOffset(request, context)

@@ -18,17 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
 from txmq.model import Record
-
-if TYPE_CHECKING:
-    # For type checkers only; see __getattr__ at the end of this module.
-    from txmq.broker.offsets import ConsumerPositions as Deliveries
-
-    __all__ = ["Deliveries"]
 
 # A lease picked for the DLQ stays invisible this long while the copy is appended; if the
 # append fails, the sweep decides again after it instead of losing the message.
@@ -375,14 +369,3 @@ class DeliveryBook:
             book.settled.remove(book.ack_offset)
             book.ack_offset += 1
         book.check()
-
-
-def __getattr__(name: str) -> object:
-    # The broker wiring written before this module became pure (broker/parts.py) imports
-    # ``Deliveries`` from here; the class now lives with the store glue in offsets.py. Imported
-    # lazily so this module itself never imports the store.
-    if name == "Deliveries":
-        from txmq.broker.offsets import ConsumerPositions
-
-        return ConsumerPositions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,172 @@
+"""ConsumeRpcs handlers called directly (no network) over a real store and topic registry in a
+temp directory, with a manual clock: the ReceiveMessage reply shape (status, delivery
+timestamp, messages with handle, CRC32 digest and attempt), MESSAGE_NOT_FOUND after a long poll,
+a long poll woken by notify_appended, per-entry ack statuses, client-forwarded dead letters
+readable from the DLQ topic, the sweep, assignments and the offset RPCs."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+
+from tests.conftest import SMALL, Clock
+from txmq import errors
+from txmq.broker.config import BrokerConfig
+from txmq.broker.consume import ConsumeRpcs
+from txmq.broker.metrics import Metrics
+from txmq.broker.topics import TopicRegistry
+from txmq.model import PROP_ORIGIN_MESSAGE_ID, RecordDraft
+from txmq.store.store import Store
+
+
+@pytest.fixture
+async def rpcs(tmp_path: Path, clock: Clock) -> AsyncIterator[ConsumeRpcs]:
+    config = BrokerConfig(
+        data_dir=tmp_path, port=0, delivery_attempts_max=2, retry_backoff_initial_ms=100
+    )
+    store = Store.open(tmp_path / "store", SMALL, now_ms=clock)
+    topics = TopicRegistry(tmp_path / "topics.json", store.disk, auto_create=True, default_queues=2)
+    executor = ThreadPoolExecutor(max_workers=4)
+    r = ConsumeRpcs(
+        store=store,
+        topics=topics,
+        config=config,
+        now_ms=clock,
+        executor=executor,
+        metrics=Metrics(),
+        endpoint=("127.0.0.1", 4242),
+    )
+    await r.start()
+    yield r
+    await r.close()
+    executor.shutdown(wait=True)
+    store.close()
+
+
+def _append(r: ConsumeRpcs, topic: str, body: bytes, queue_id: int = 0, tag: str = "") -> None:
+    r.topics.ensure(topic)
+    r.store.append(
+        RecordDraft(topic=topic, queue_id=queue_id, body=body, tag=tag, message_id=body.hex())
+    )
+
+
+def _receive_request(topic: str, *, poll_ms: int = 0, tags: str = "*", batch: int = 32) -> Any:
+    req = sv.ReceiveMessageRequest(batch_size=batch)
+    req.group.name = "g"
+    req.message_queue.topic.name = topic
+    req.filter_expression.type = pb.TAG
+    req.filter_expression.expression = tags
+    req.invisible_duration.seconds = 5
+    req.long_polling_timeout.FromMilliseconds(poll_ms)
+    return req
+
+
+async def _receive(r: ConsumeRpcs, req: Any) -> list[Any]:
+    return [item async for item in r.ReceiveMessage(req, None)]
+
+
+async def test_receive_reply_shape_and_ack_statuses(rpcs: ConsumeRpcs, clock: Clock) -> None:
+    _append(rpcs, "t", b"hello", tag="A")
+    _append(rpcs, "t", b"other", tag="B")
+    items = await _receive(rpcs, _receive_request("t", tags="A"))
+    assert [i.WhichOneof("content") for i in items] == ["status", "delivery_timestamp", "message"]
+    assert items[0].status.code == errors.CODE_OK
+    msg = items[2].message
+    assert msg.body == b"hello"
+    assert msg.system_properties.body_digest.checksum == f"{zlib.crc32(b'hello'):08X}"
+    assert msg.system_properties.delivery_attempt == 1
+    assert msg.system_properties.queue_offset == 0
+    ack = sv.AckMessageRequest()
+    ack.group.name = "g"
+    ack.entries.add(message_id="m", receipt_handle=msg.system_properties.receipt_handle)
+    ack.entries.add(message_id="x", receipt_handle="forged")
+    res = await rpcs.AckMessage(ack, None)
+    assert [e.status.code for e in res.entries] == [
+        errors.CODE_OK,
+        errors.CODE_INVALID_RECEIPT_HANDLE,
+    ]
+    assert res.status.code == errors.CODE_INVALID_RECEIPT_HANDLE
+
+
+async def test_empty_long_poll_then_woken_by_notify(rpcs: ConsumeRpcs) -> None:
+    items = await _receive(rpcs, _receive_request("t", poll_ms=50))
+    assert [i.status.code for i in items] == [errors.CODE_MESSAGE_NOT_FOUND]
+    task = asyncio.create_task(_receive(rpcs, _receive_request("t", poll_ms=10_000)))
+    await asyncio.sleep(0.1)
+    _append(rpcs, "t", b"late", queue_id=1)
+    rpcs.notify_appended("t", 1)
+    items = await asyncio.wait_for(task, timeout=5)
+    assert [i.message.body for i in items[2:]] == [b"late"]
+
+
+async def test_forward_to_dlq_then_read_the_dlq(rpcs: ConsumeRpcs, clock: Clock) -> None:
+    _append(rpcs, "t", b"poison")
+    (msg,) = [i.message for i in (await _receive(rpcs, _receive_request("t")))[2:]]
+    req = sv.ForwardMessageToDeadLetterQueueRequest(
+        receipt_handle=msg.system_properties.receipt_handle, delivery_attempt=1
+    )
+    req.group.name = "g"
+    assert (await rpcs.ForwardMessageToDeadLetterQueue(req, None)).status.code == errors.CODE_OK
+    again = await rpcs.ForwardMessageToDeadLetterQueue(req, None)
+    assert again.status.code == errors.CODE_INVALID_RECEIPT_HANDLE
+    dlq = rpcs.store.read_queue("%DLQ%g", 0, 0, 10).records
+    assert [(d.body, d.properties[PROP_ORIGIN_MESSAGE_ID]) for d in dlq] == [
+        (b"poison", msg.system_properties.message_id)
+    ]
+    reader = _receive_request("%DLQ%g")
+    reader.group.name = "dlq-reader"
+    items = await _receive(rpcs, reader)
+    assert [i.message.body for i in items[2:]] == [b"poison"]
+
+
+async def test_sweep_dead_letters_an_abandoned_last_attempt(
+    rpcs: ConsumeRpcs, clock: Clock
+) -> None:
+    _append(rpcs, "t", b"slow")
+    for attempt in (1, 2):  # delivery_attempts_max=2
+        items = await _receive(rpcs, _receive_request("t"))
+        assert items[2].message.system_properties.delivery_attempt == attempt
+        clock.advance(5_000)
+    await rpcs.sweep()
+    assert [d.body for d in rpcs.store.read_queue("%DLQ%g", 0, 0, 10).records] == [b"slow"]
+    assert rpcs.positions.offset("g", "t", 0) == 1
+
+
+async def test_assignment_and_offset_rpcs(rpcs: ConsumeRpcs, clock: Clock) -> None:
+    for i in range(3):
+        _append(rpcs, "t", f"m{i}".encode())
+        clock.advance(1_000)
+    qa = sv.QueryAssignmentRequest()
+    qa.topic.name = "t"
+    res = await rpcs.QueryAssignment(qa, None)
+    assert [a.message_queue.id for a in res.assignments] == [0, 1]
+    assert res.assignments[0].message_queue.broker.endpoints.addresses[0].port == 4242
+    pull = sv.PullMessageRequest(offset=1, batch_size=10)
+    pull.message_queue.topic.name = "t"
+    items = [i async for i in rpcs.PullMessage(pull, None)]
+    assert [i.message.body for i in items[1:-1]] == [b"m1", b"m2"]
+    assert items[-1].next_offset == 3
+    q = sv.QueryOffsetRequest(query_offset_policy=pb.END)
+    q.message_queue.topic.name = "t"
+    assert (await rpcs.QueryOffset(q, None)).offset == 3
+    q.query_offset_policy = pb.TIMESTAMP
+    q.timestamp.FromMilliseconds(clock.now - 1_500)
+    assert (await rpcs.QueryOffset(q, None)).offset == 2
+    up = sv.UpdateOffsetRequest(offset=2)
+    up.group.name = "g"
+    up.message_queue.topic.name = "t"
+    assert (await rpcs.UpdateOffset(up, None)).status.code == errors.CODE_OK
+    get = sv.GetOffsetRequest()
+    get.group.name = "g"
+    get.message_queue.topic.name = "t"
+    assert (await rpcs.GetOffset(get, None)).offset == 2
+    up.offset = 99
+    assert (await rpcs.UpdateOffset(up, None)).status.code == errors.CODE_ILLEGAL_OFFSET
