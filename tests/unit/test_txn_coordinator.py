@@ -314,3 +314,30 @@ def test_checks_per_tick_bound_over_the_store(tmp_path: Path, clock: Clock) -> N
     checks = [r for r in by_topic(store)[OP_TOPIC] if r.flag is TxnFlag.NORMAL]
     assert len(checks) == n, "every check sent is recorded"
     store.close()
+
+
+def test_retention_keeps_pending_halves_and_dead_ones_can_still_be_rolled_back(
+    tmp_path: Path, clock: Clock
+) -> None:
+    store, tx = open_tx(tmp_path, clock, check_max=0)
+    dead = tx.prepare(draft(1), producer_group="orders")[0]
+    clock.advance(1000)
+    tx.due_checks(lambda g: False)  # check_max=0: straight to the dead set
+    assert [t.transaction_id for t in tx.dead()] == [dead]
+    pending, res = tx.prepare(draft(2), producer_group="orders")
+    filler = b"f" * 60_000
+    for i in range(12):  # several 256 KiB segments
+        store.append(RecordDraft(topic="filler", queue_id=0, body=filler, message_id=f"f{i}"))
+    clock.advance(SMALL.retention_ms + 1000)
+    store.append(RecordDraft(topic="filler", queue_id=0, body=b"x", message_id="last"))
+    assert store.delete_expired_segments(keep_from_offset=tx.oldest_pending_offset) == 0
+    assert store.read_at(res.physical_offset).message_id == "m2", "a pending half is kept"
+    tx.end(pending, commit=False, source=P)
+    assert store.delete_expired_segments(keep_from_offset=tx.oldest_pending_offset) > 0
+    with pytest.raises(InvalidTransactionIdError) as info:
+        tx.resolve(dead, commit=True)
+    assert "retention" in info.value.reason
+    assert tx.show(dead)["state"] == "dead", "a refused resolve leaves it dead"
+    assert tx.resolve(dead, commit=False) is Outcome.ROLLED_BACK
+    assert tx.dead() == []
+    store.close()

@@ -322,6 +322,15 @@ class Transactions:
             self._halves_bytes -= half.size
 
     def _append_decision(self, txn: Txn, outcome: Outcome, source: DecisionSource) -> None:
+        if outcome is Outcome.ROLLED_BACK and source is not DecisionSource.MAX_CHECKS:
+            # A rollback needs only the half's offset, so it works even after retention
+            # deleted a dead transaction's half message.
+            self.store.append_many(records.rollback_drafts(txn, source, None))
+            return
+        if txn.half_offset < self.store.log_start_offset:
+            raise InvalidTransactionIdError(
+                txn.transaction_id, "its half message was deleted by retention"
+            )
         half = self._half(txn)
         invariant(
             half.flag is TxnFlag.PREPARED
@@ -331,7 +340,7 @@ class Transactions:
         if outcome is Outcome.COMMITTED:
             self.store.append(records.commit_draft(half, source))
         else:
-            self.store.append_many(records.rollback_drafts(half, source))
+            self.store.append_many(records.rollback_drafts(txn, source, half))
 
     # --- Check-back. ---------------------------------------------------------------------------
 

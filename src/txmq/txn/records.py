@@ -145,20 +145,25 @@ def commit_draft(half: Record, source: DecisionSource) -> RecordDraft:
     )
 
 
-def rollback_drafts(half: Record, source: DecisionSource) -> list[RecordDraft]:
-    tid = half.properties[PROP_TRANSACTION_ID]
+def rollback_drafts(txn: Txn, source: DecisionSource, half: Record | None) -> list[RecordDraft]:
+    """The rollback record; with MAX_CHECKS also the dead copy, which needs ``half``."""
     drafts = [
         RecordDraft(
             topic=OP_TOPIC,
             queue_id=0,
             body=b"",
             flag=TxnFlag.ROLLBACK,
-            message_id=half.message_id,
-            properties={PROP_TRANSACTION_ID: tid, PROP_DECISION_SOURCE: source.value},
-            prepared_offset=half.physical_offset,
+            message_id=txn.message_id,
+            properties={
+                PROP_TRANSACTION_ID: txn.transaction_id,
+                PROP_DECISION_SOURCE: source.value,
+            },
+            prepared_offset=txn.half_offset,
         )
     ]
     if source is DecisionSource.MAX_CHECKS:
+        if half is None:
+            raise AssertionError("the dead copy is a copy of the half message")
         props = dict(half.properties)
         props[PROP_DECISION_SOURCE] = source.value
         drafts.append(
