@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ._base import tree_cpu_seconds
@@ -41,6 +42,13 @@ class PhaseResult:
     undelivered: int
     server_cpu_s: float
     client_cpu_s: float
+    machine_busy_cores: float  # everything on the machine, others' work included
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(all ticks, idle + iowait ticks) summed over CPUs, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]
 
 
 def pct(values: list[float], p: float) -> float:
@@ -162,10 +170,12 @@ def run_phase(
             ready.get(timeout=SETUP_SECONDS)
         client_pids = [consumer.pid or 0, *[w.pid or 0 for w in workers]]
         cpu0, ccpu0 = tree_cpu_seconds(server_pid), tree_cpu_seconds(*client_pids)
+        m0 = machine_ticks()
         t0 = time.monotonic()
         go.set()
         outs = [out.get(timeout=seconds + SETUP_SECONDS) for _ in workers]
         cpu1, ccpu1 = tree_cpu_seconds(server_pid), tree_cpu_seconds(*client_pids)
+        m1 = machine_ticks()
         records = [r for recs, _ in outs for r in recs]
         errors = [e for _, errs in outs for e in errs]
         end = max((r[2] for r in records), default=t0 + 1e-9)
@@ -182,7 +192,10 @@ def run_phase(
             p.join(60)
             if p.is_alive():
                 p.terminate()
-    return _summarise(producers, records, errors, receipts, end - t0, cpu1 - cpu0, ccpu1 - ccpu0)
+    busy = (1 - (m1[1] - m0[1]) / max(1, m1[0] - m0[0])) * (os.cpu_count() or 1)
+    res = _summarise(producers, records, errors, receipts, end - t0, cpu1 - cpu0, ccpu1 - ccpu0)
+    res.machine_busy_cores = busy
+    return res
 
 
 def _summarise(
@@ -213,4 +226,5 @@ def _summarise(
         undelivered=len(records) - len(e2e),
         server_cpu_s=server_cpu,
         client_cpu_s=client_cpu,
+        machine_busy_cores=0.0,
     )

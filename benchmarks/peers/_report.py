@@ -79,15 +79,18 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
                 [
                     s["title"],
                     str(p["producers"]),
-                    f"{p['rate']:.0f}",
+                    f"{p['rate']:.0f} ({p.get('rate_min', p['rate']):.0f}-"
+                    f"{p.get('rate_max', p['rate']):.0f})",
                     f"{p['rate'] / floor['ops_per_s']:.2f}",
                     f"{p['send_p50_ms']:.2f} ({p['send_p50_ms'] / floor['p50_ms']:.0f}x)",
                     f"{p['send_p99_ms']:.2f} ({p['send_p99_ms'] / floor['p99_ms']:.0f}x)",
                     f"{p['e2e_p50_ms']:.1f}",
                     f"{p['e2e_p99_ms']:.1f}",
-                    f"{cpu_pct:.0f} % ({us_per_msg:.0f} us/msg)",
-                    f"{100 * p['client_cpu_s'] / p['seconds']:.0f} %" if p["seconds"] else "-",
+                    f"{cpu_pct:.0f}",
+                    f"{us_per_msg:.0f}",
+                    f"{100 * p['client_cpu_s'] / p['seconds']:.0f}" if p["seconds"] else "-",
                     f"{p['errors']}/{p['undelivered']}",
+                    f"{p.get('machine_busy_cores', float('nan')):.2f}",
                 ]
             )
     return out
@@ -95,17 +98,24 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
 
 HEADERS = [
     "system",
-    "producers",
-    "msg/s",
+    "prod.",
+    "msg/s (min-max)",
     "x floor",
     "send p50 ms (x floor)",
     "send p99 ms (x floor)",
-    "commit->receipt p50 ms",
-    "commit->receipt p99 ms",
-    "server CPU (100 % = 1 core)",
-    "client CPU",
-    "errors/undelivered",
+    "e2e p50 ms",
+    "e2e p99 ms",
+    "server CPU %",
+    "server CPU us/msg",
+    "client CPU %",
+    "errors/ undeliv.",
+    "machine busy cores",
 ]
+NOTE = (
+    "send = begin + send + commit as the producer sees it; e2e = producer's commit returned ->"
+    " consumer received it; CPU % of one core over the phase; machine busy = all processes on"
+    " the machine, other users included; x floor = figure / the raw fsync floor's figure."
+)
 
 
 def _floor_line(report: dict[str, Any]) -> str:
@@ -127,6 +137,7 @@ def table(report: dict[str, Any]) -> None:
     for r in rows(report):
         t.add_row(*r)
     console.print(t)
+    console.print(NOTE)
     console.print(_floor_line(report))
     for s in report["systems"]:
         if "skipped" in s:
@@ -155,6 +166,8 @@ def markdown(report: dict[str, Any]) -> str:
         "| " + " | ".join(HEADERS) + " |",
         "|" + "---|" * len(HEADERS),
         *["| " + " | ".join(r) + " |" for r in rows(report)],
+        "",
+        NOTE,
         "",
         "Durability and versions:",
         "",
