@@ -12,7 +12,7 @@ Failure injection (seeded):
 - a poison SKU that always fails: after the broker's maximum delivery attempts the message
   moves to the group's dead-letter queue ``%DLQ%inventory-service``.
 
-Run by hand against a broker (Ctrl-C stops it):
+Run by hand against a broker (Ctrl-C or SIGTERM stops it and prints its counters):
 
     .venv/bin/python examples/inventory_service.py --endpoints 127.0.0.1:8081
 """
@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sqlite3
 import threading
 import time
@@ -206,12 +207,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     service = InventoryService(args.endpoints, args.db, topic=args.topic, seed=args.seed)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
     service.start()
     try:
-        while service.error is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
+        while service.error is None and not stopping.wait(1.0):
+            pass
     finally:
         service.stop()
     print(json.dumps({"stats": vars(service.stats), "stock": service.db.stock()}))

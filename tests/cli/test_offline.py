@@ -238,3 +238,13 @@ def test_failure_plan_is_seeded_and_covers_every_fate() -> None:
     assert {o.fate for o in plan} == set(FATE_COMMITS)
     assert any(o.sku == orders.POISON_SKU for o in plan)
     assert len({o.order_id for o in plan}) == 30
+
+
+def test_configuration_reference_lists_every_setting() -> None:
+    from txmq.cli.config import BROKER_FIELDS, STORE_FIELDS
+
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    for key in BROKER_FIELDS:
+        assert f"| {key} | TXMQ_{key.upper()} |" in doc, key
+    for key in STORE_FIELDS:
+        assert f"| {key} | TXMQ_STORE_{key.upper()} |" in doc, key

@@ -379,7 +379,8 @@ def store_verify(data_dir: Path) -> None:
     """Check every record's CRC and that queues and index agree with the log (offline)."""
     from txmq.cli.verify import verify
 
-    report = verify(data_dir)
+    with console.status(f"verifying {data_dir}"):
+        report = verify(data_dir)
     _table("store verify", ["check", "result"], [[k, v] for k, v in report.items()])
     if report["problems"]:
         sys.exit(1)

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from txmq.errors import CorruptRecordError
+from txmq.errors import BadRequestError, CorruptRecordError
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.consume_queue import ConsumeQueue
@@ -23,7 +23,7 @@ from txmq.store.index import MessageIndex, id_hash
 def verify(data_dir: Path) -> dict[str, Any]:
     store_dir = data_dir / "store" if (data_dir / "store").is_dir() else data_dir
     if not (store_dir / "commitlog").is_dir():
-        raise CorruptRecordError(0, f"{data_dir} holds no commit log")
+        raise BadRequestError(f"{data_dir} is not a txmq data directory (no commitlog/ in it)")
     # Work on a copy of the index/queue files' handles only for reading; nothing is written.
     disk = OsDisk()
     seg_size = _segment_size(store_dir)
