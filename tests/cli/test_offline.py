@@ -248,3 +248,19 @@ def test_configuration_reference_lists_every_setting() -> None:
         assert f"| {key} | TXMQ_{key.upper()} |" in doc, key
     for key in STORE_FIELDS:
         assert f"| {key} | TXMQ_STORE_{key.upper()} |" in doc, key
+
+
+def test_a_grpc_server_without_the_admin_channel_is_an_operation_failure() -> None:
+    """Something answers, but it is not a txmq broker: exit 1 and say so, not 'unreachable'."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        line = one_line_error(run("topic", "list", "--endpoints", f"127.0.0.1:{port}"), 1)
+        assert "no txmq admin channel" in line
+    finally:
+        server.stop(grace=None)

@@ -1,24 +1,43 @@
 """The admin channel: a small gRPC service of our own, ``txmq.admin.v1.Admin``, with JSON bodies.
 
-Why: the RocketMQ v2 protocol has no RPCs for topic management, transaction listing or message
-lookup, which the ``txmq`` CLI needs. Generic handlers with JSON keep it free of generated code.
-Each method takes a JSON object and returns ``{"ok": true, ...}`` or
-``{"ok": false, "code": int, "error": str}``.
+Why: the RocketMQ v2 protocol has no RPCs for topic management, transaction listing and
+resolution, consumer-group lag or message lookup, which the ``txmq`` CLI needs. Generic handlers
+with JSON bodies keep it free of generated code (no protoc). Each method takes a JSON object and
+returns ``{"ok": true, ...}`` or ``{"ok": false, "code": <RocketMQ status code>, "error": str}``;
+the client is txmq/cli/admin_client.py.
+
+Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
+GroupList, TxnList, TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
+MessageFind {key, topic?, max?}.
+
+Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
+calls ``server.add_generic_rpc_handlers``. Every method runs through ``servicer.run`` (the
+executor), since the store, the coordinator and the positions are blocking and thread-safe.
+Must not: change anything the RocketMQ protocol also changes by another path, except the
+operator's transaction resolution, which goes through the coordinator like any decision.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from txmq.broker.parts import Parts
-from txmq.errors import BadRequestError, MessageNotFoundError, TxmqError
+from txmq.errors import (
+    CODE_BAD_REQUEST,
+    CODE_INTERNAL_ERROR,
+    BadRequestError,
+    MessageNotFoundError,
+    TxmqError,
+)
 from txmq.model import MessageType, Record
 
 SERVICE = "txmq.admin.v1.Admin"
+log = logging.getLogger("txmq.broker")
 
 
 def record_json(rec: Record) -> dict[str, Any]:
@@ -157,7 +176,15 @@ def add_admin(server: Any, parts: Parts, service: Any) -> None:
                 return json.dumps({"ok": False, "code": exc.code, "error": str(exc)}).encode()
             except (KeyError, ValueError, TypeError) as exc:
                 return json.dumps(
-                    {"ok": False, "code": 40000, "error": f"bad request: {exc}"}
+                    {"ok": False, "code": CODE_BAD_REQUEST, "error": f"bad request: {exc!r}"}
+                ).encode()
+            except Exception as exc:
+                # A bug, not a refusal: logged with its traceback here, and reported to the
+                # caller as an internal error instead of a dropped call it would read as
+                # "broker unreachable".
+                log.exception("admin %s failed", fn.__name__)
+                return json.dumps(
+                    {"ok": False, "code": CODE_INTERNAL_ERROR, "error": f"internal error: {exc!r}"}
                 ).encode()
 
         handlers[name] = grpc.unary_unary_rpc_method_handler(call)

@@ -1,5 +1,11 @@
-"""Client of the broker's admin channel (``txmq.admin.v1.Admin``, JSON bodies) and of the v2
-protocol for data-plane commands. Maps failures to typed errors the CLI turns into exit codes."""
+"""Client of the broker's admin channel (``txmq.admin.v1.Admin``, JSON bodies; the server side
+is txmq/broker/admin.py).
+
+Owns: one call = one short-lived channel, and the mapping of failures to typed errors that the
+CLI turns into exit codes: nothing answering -> BrokerUnavailableError (3); the broker's 404xx
+-> NotFoundError and 400xx -> BadRequestError (2); anything else -> RemoteError (1).
+Must not: retry (a script decides whether to retry, from the exit code).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import grpc
 
 from txmq.errors import (
     CODE_BAD_REQUEST,
+    CODE_INTERNAL_ERROR,
+    CODE_UNSUPPORTED,
     BadRequestError,
     BrokerUnavailableError,
     NotFoundError,
@@ -39,8 +47,16 @@ def call(endpoints: str, method: str, args: dict[str, Any], *, timeout_s: float 
         stub = channel.unary_unary(f"/{SERVICE}/{method}")
         raw = stub(json.dumps(args).encode(), timeout=timeout_s)
     except grpc.RpcError as exc:
-        code = exc.code() if hasattr(exc, "code") else None
-        raise BrokerUnavailableError(endpoints, str(code)) from exc
+        status = exc.code() if isinstance(exc, grpc.Call) else None
+        if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, None):
+            raise BrokerUnavailableError(endpoints, str(status)) from exc
+        if status is grpc.StatusCode.UNIMPLEMENTED:
+            raise RemoteError(
+                CODE_UNSUPPORTED,
+                f"{endpoints} has no txmq admin channel (is it a txmq broker?)",
+            ) from exc
+        details = exc.details() if isinstance(exc, grpc.Call) else ""
+        raise RemoteError(CODE_INTERNAL_ERROR, f"{method} failed: {status}: {details}") from exc
     finally:
         channel.close()
     reply = json.loads(raw)
