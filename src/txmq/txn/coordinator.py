@@ -57,10 +57,8 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, TypeGuard
 
 from txmq import limits
 from txmq.errors import InvalidTransactionIdError, TransactionError, invariant
@@ -76,6 +74,13 @@ from txmq.model import (
 from txmq.store.store import Store
 from txmq.txn import records
 from txmq.txn.book import Due, Txn, TxnBook, TxnState, Wait
+from txmq.txn.values import CheckRequest as CheckRequest
+from txmq.txn.values import ClaimingResolver as ClaimingResolver
+from txmq.txn.values import LiveGroups as LiveGroups
+from txmq.txn.values import Resolver as Resolver
+from txmq.txn.values import ResolverFn as ResolverFn
+from txmq.txn.values import TxnMetrics as TxnMetrics
+from txmq.txn.values import is_claiming, live_predicate
 
 log = logging.getLogger(__name__)
 
@@ -83,57 +88,6 @@ _SNAPSHOT = "txn-snapshot.json"
 # How long a decision waits for a concurrent decision of the same transaction before it looks
 # again; the loop ends when the other append returns or fails, which the store bounds.
 _DECIDING_WAIT_S = 1.0
-
-
-class ClaimingResolver(Protocol):
-    """A server-side resolver that owns the half messages it claims (e.g. the Spark ledger)."""
-
-    def claims(self, half: Record) -> bool: ...
-
-    def resolve(self, half: Record) -> Outcome | None: ...
-
-
-ResolverFn = Callable[[Record], Outcome | None]
-Resolver = ClaimingResolver | ResolverFn
-LiveGroups = Callable[[str], bool] | Mapping[str, object]
-
-
-@dataclass(frozen=True)
-class CheckRequest:
-    """Ask a live producer of ``producer_group`` about a transaction (RocketMQ check-back).
-
-    ``client_id`` is the producer instance that sent the half message (ask it first if it is
-    still connected); ``half`` is the stored half record for the check command.
-    """
-
-    transaction_id: str
-    producer_group: str
-    client_id: str
-    check_number: int
-    half: Record
-
-    @property
-    def message_id(self) -> str:
-        return self.half.message_id
-
-    @property
-    def half_offset(self) -> int:
-        return self.half.physical_offset
-
-
-@dataclass(frozen=True)
-class TxnMetrics:
-    """Plain values the broker exports."""
-
-    pending: int = 0
-    dead: int = 0
-    oldest_pending_age_ms: int = 0
-    checks_sent: int = 0
-    check_errors: int = 0
-    # By source value ("producer", "check_back", "max_checks", "operator").
-    outcomes_by_source: Mapping[str, int] = field(default_factory=dict)
-    # By "<source>:<outcome>", e.g. "max_checks:rolled_back".
-    outcomes: Mapping[str, int] = field(default_factory=dict)
 
 
 class Transactions:
@@ -157,7 +111,7 @@ class Transactions:
         self._claiming: list[ClaimingResolver] = []
         self._plain: list[ResolverFn] = []
         for r in resolvers:
-            if _is_claiming(r):
+            if is_claiming(r):
                 self._claiming.append(r)
             else:
                 invariant(callable(r), "a resolver is a callable or has claims/resolve")
@@ -166,6 +120,7 @@ class Transactions:
         self._lock = threading.Lock()
         self._decided = threading.Condition(self._lock)
         self._tick = threading.Lock()  # one check-back tick at a time
+        self._snapshotting = threading.Lock()  # one snapshot writer at a time (one temp file)
         self._preparing: set[str] = set()
         # Operations between "the log says so" and "the book says so"; a snapshot needs none.
         self._inflight = 0
@@ -352,7 +307,7 @@ class Transactions:
         durably. Resolvers and max-checks rollbacks run here too. ``now_ms`` defaults to the
         injected clock.
         """
-        is_live = _live_predicate(live_groups)
+        is_live = live_predicate(live_groups)
         with self._tick:
             now = self.now_ms() if now_ms is None else now_ms
             with self._lock:
@@ -517,12 +472,13 @@ class Transactions:
         disagree); returns whether one was written. The store is flushed before the file is
         written so a snapshot never reflects a record a crash could still lose.
         """
-        with self._lock:
-            if self._inflight:
-                return False
-            raw = records.encode_snapshot(self.book, self.store.log_end_offset)
-        self.store.flush()
-        self.store.disk.write_atomic(self.data_dir / _SNAPSHOT, raw)
+        with self._snapshotting:
+            with self._lock:
+                if self._inflight:
+                    return False
+                raw = records.encode_snapshot(self.book, self.store.log_end_offset)
+            self.store.flush()
+            self.store.disk.write_atomic(self.data_dir / _SNAPSHOT, raw)
         return True
 
     def close(self) -> None:
@@ -557,16 +513,3 @@ class Transactions:
                 claimed = rec.flag is TxnFlag.PREPARED and self._claimed(rec)
                 records.replay(self.book, rec, default_timeout_ms=self.timeout_ms, claimed=claimed)
             offset = batch[-1].next_physical_offset
-
-
-def _is_claiming(resolver: Resolver) -> TypeGuard[ClaimingResolver]:
-    return callable(getattr(resolver, "claims", None)) and callable(
-        getattr(resolver, "resolve", None)
-    )
-
-
-def _live_predicate(live_groups: LiveGroups) -> Callable[[str], bool]:
-    if isinstance(live_groups, Mapping):
-        mapping = live_groups
-        return lambda group: bool(mapping.get(group))
-    return live_groups
