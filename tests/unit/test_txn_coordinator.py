@@ -341,3 +341,21 @@ def test_retention_keeps_pending_halves_and_dead_ones_can_still_be_rolled_back(
     assert tx.resolve(dead, commit=False) is Outcome.ROLLED_BACK
     assert tx.dead() == []
     store.close()
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b'{"version": 1}', b'{"version": 2}'])
+def test_damaged_or_old_snapshot_falls_back_to_a_full_replay(
+    tmp_path: Path, clock: Clock, damage: bytes
+) -> None:
+    store, tx = open_tx(tmp_path, clock)
+    a = tx.prepare(draft(1), producer_group="orders")[0]
+    b = tx.prepare(draft(2), producer_group="orders")[0]
+    tx.end(b, commit=True, source=P)
+    tx.close()
+    store.close()
+    (tmp_path / "txn-snapshot.json").write_bytes(damage)
+    store, tx = open_tx(tmp_path, clock)
+    assert [t.transaction_id for t in tx.pending()] == [a]
+    assert tx.end(b, commit=True, source=P) is Outcome.COMMITTED
+    assert len(delivered(store)) == 1
+    store.close()

@@ -489,7 +489,15 @@ class Transactions:
         path = self.data_dir / _SNAPSHOT
         offset = self.store.log_start_offset
         if self.store.disk.exists(path):
-            loaded = records.decode_snapshot(self.store.disk.read_all(path), self.book)
+            try:
+                loaded = records.decode_snapshot(self.store.disk.read_all(path), self.book)
+            except (ValueError, KeyError, TypeError) as exc:
+                # The snapshot only saves replay time; the log holds every transaction record,
+                # so a damaged one is reported and replaced by a full replay.
+                log.warning(
+                    "transaction snapshot %s is unreadable (%r); replaying the log", path, exc
+                )
+                loaded = -1
             if loaded < 0:
                 self.book = TxnBook(
                     check_interval_ms=self.book.check_interval_ms, check_max=self.book.check_max
