@@ -42,6 +42,8 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
         "topic", "create", "orders", "--queues", "2", "--type", "transaction", *ep
     )
     assert "orders" in ok("topic", "list", *ep)
+    listed = json.loads(ok("topic", "list", "--json", *ep))["topics"]
+    assert {"name": "orders", "type": "transaction", "queues": 2, "messages": 0} in listed
     assert "queue" in ok("topic", "describe", "orders", *ep)
     mid = ok("send", "plain", "hello", "--tag", "A", "--key", "k1", *ep).strip()
     assert "committed" not in mid and mid
@@ -53,6 +55,8 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
     assert [json.loads(x)["body"] for x in lines.splitlines()] == ["o1"]
     assert "cli-g" in ok("group", "list", *ep)
     assert "orders" in ok("group", "describe", "cli-g", *ep)
+    described = json.loads(ok("group", "describe", "cli-g", "--json", *ep))
+    assert sum(q["lag"] for q in described["queues"]) == 0
     shown = json.loads(ok("message", "show", mid.split()[0], *ep))
     assert shown["body"] == "hello"
     assert "k1" in ok("message", "find", "--topic", "plain", "--key", "k1", *ep)
@@ -63,8 +67,8 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
     ok("txn", "list", *ep)
     assert "deleted" in ok("topic", "delete", "plain", *ep)
     broker.stop()
-    report = ok("store", "verify", "--data-dir", str(broker.data_dir))
-    assert "records" in report
+    report = json.loads(ok("store", "verify", "--json", "--data-dir", str(broker.data_dir)))
+    assert report["records"] > 0 and report["problems"] == ""
     broker.start()
 
 
@@ -73,9 +77,9 @@ def test_operator_resolves_an_orphaned_transaction(broker: BrokerProcess) -> Non
     transaction stays pending (no check is spent) until an operator resolves it."""
     ep = ["--endpoints", broker.endpoints]
     ok("send", "orphans", "d1", "--transactional", "--outcome", "none", *ep)
-    rows = [line for line in ok("txn", "list", *ep).splitlines() if "orphans" in line]
-    assert len(rows) == 1
-    tid = rows[0].split("│")[1].strip()
+    rows = [t for t in json.loads(ok("txn", "list", "--json", *ep))["transactions"]]
+    assert [t["topic"] for t in rows] == ["orphans"]
+    tid = rows[0]["transaction_id"]
     assert "committed" in ok("txn", "resolve", tid, "commit", *ep)
     assert "committed" in ok("txn", "show", tid, *ep)
     r = txmq("txn", "resolve", tid, "rollback", *ep)

@@ -1,7 +1,10 @@
-"""Client-side commands of ``txmq``: topic, send, consume, group, txn, message, store verify.
+"""Data-plane and offline commands of ``txmq``: send, consume, tail (with the official RocketMQ
+client, as any application would) and store verify (reads a data directory with the store's own
+code). The admin commands live in admin_commands.py.
 
-Exit codes: 0 ok, 1 the operation failed, 2 bad input (usage, unknown topic or id, bad config),
-3 the broker is unreachable. Errors print one line on stderr.
+Owns: those commands' arguments and output. Errors become exit codes in main.py (0 ok,
+1 failed, 2 bad input, 3 broker unreachable).
+Must not: bypass the official client for sends and receives.
 """
 
 from __future__ import annotations
@@ -15,199 +18,20 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from txmq.cli.admin_client import call
-from txmq.errors import NotFoundError, TxmqError
+from txmq.cli.admin_commands import (
+    endpoints_option,
+    group,
+    json_option,
+    message,
+    show,
+    topic,
+    txn,
+)
+from txmq.errors import TxmqError
 
 console = Console()
-endpoints_option = click.option(
-    "--endpoints",
-    envvar="TXMQ_ENDPOINTS",
-    default="127.0.0.1:8081",
-    show_default=True,
-    help="Broker address HOST:PORT (env TXMQ_ENDPOINTS).",
-)
-
-
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    t = Table(title=title)
-    for c in columns:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*(str(x) for x in r))
-    console.print(t)
-
-
-@click.group()
-def topic() -> None:
-    """Create, list, describe and delete topics."""
-
-
-@topic.command("create")
-@click.argument("name")
-@click.option("--queues", default=4, show_default=True, type=click.IntRange(1, 256))
-@click.option(
-    "--type",
-    "kind",
-    default="normal",
-    show_default=True,
-    type=click.Choice(["normal", "fifo", "delay", "transaction"]),
-)
-@endpoints_option
-def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
-    r = call(endpoints, "TopicCreate", {"name": name, "queues": queues, "type": kind})
-    click.echo(f"created topic {r['name']} ({r['type']}, {r['queues']} queues)")
-
-
-@topic.command("list")
-@endpoints_option
-def topic_list(endpoints: str) -> None:
-    r = call(endpoints, "TopicList", {})
-    _table(
-        "topics",
-        ["name", "type", "queues", "messages"],
-        [[t["name"], t["type"], t["queues"], t["messages"]] for t in r["topics"]],
-    )
-
-
-@topic.command("describe")
-@click.argument("name")
-@endpoints_option
-def topic_describe(name: str, endpoints: str) -> None:
-    r = call(endpoints, "TopicDescribe", {"name": name})
-    _table(
-        f"{r['name']} ({r['type']})",
-        ["queue", "min offset", "max offset"],
-        [[q["queue"], q["min"], q["max"]] for q in r["queues"]],
-    )
-
-
-@topic.command("delete")
-@click.argument("name")
-@endpoints_option
-def topic_delete(name: str, endpoints: str) -> None:
-    call(endpoints, "TopicDelete", {"name": name})
-    click.echo(f"deleted topic {name}")
-
-
-@click.group()
-def group() -> None:
-    """Consumer groups and their lag."""
-
-
-@group.command("list")
-@endpoints_option
-def group_list(endpoints: str) -> None:
-    r = call(endpoints, "GroupList", {})
-    _table(
-        "consumer groups",
-        ["group", "lag", "in flight"],
-        [[g["group"], g["lag"], g["inflight"]] for g in r["groups"]],
-    )
-
-
-@group.command("describe")
-@click.argument("name")
-@endpoints_option
-def group_describe(name: str, endpoints: str) -> None:
-    r = call(endpoints, "GroupList", {})
-    found = [g for g in r["groups"] if g["group"] == name]
-    if not found:
-        raise NotFoundError(f"consumer group {name!r} has no positions on this broker")
-    _table(
-        f"group {name}",
-        ["topic", "queue", "acked to", "max", "lag", "in flight"],
-        [
-            [q["topic"], q["queue"], q["acked_to"], q["max"], q["lag"], q["inflight"]]
-            for q in found[0]["queues"]
-        ],
-    )
-
-
-@click.group()
-def txn() -> None:
-    """Pending and dead transactions; operator resolution."""
-
-
-@txn.command("list")
-@endpoints_option
-def txn_list(endpoints: str) -> None:
-    r = call(endpoints, "TxnList", {})
-    _table(
-        "transactions",
-        ["id", "topic", "state", "checks", "dead"],
-        [
-            [
-                t["transaction_id"],
-                t.get("topic", ""),
-                t.get("state", t.get("outcome", "")),
-                t.get("checks", ""),
-                t.get("dead", False),
-            ]
-            for t in r["transactions"]
-        ],
-    )
-
-
-@txn.command("show")
-@click.argument("transaction_id")
-@endpoints_option
-def txn_show(transaction_id: str, endpoints: str) -> None:
-    r = call(endpoints, "TxnShow", {"id": transaction_id})
-    r.pop("ok", None)
-    click.echo(json.dumps(r, indent=2))
-
-
-@txn.command("resolve")
-@click.argument("transaction_id")
-@click.argument("action", type=click.Choice(["commit", "rollback"]))
-@endpoints_option
-def txn_resolve(transaction_id: str, action: str, endpoints: str) -> None:
-    r = call(endpoints, "TxnResolve", {"id": transaction_id, "action": action})
-    click.echo(f"transaction {transaction_id} is {r['outcome']}")
-
-
-@click.group()
-def message() -> None:
-    """Look up messages by id or key."""
-
-
-@message.command("show")
-@click.argument("message_id")
-@endpoints_option
-def message_show(message_id: str, endpoints: str) -> None:
-    r = call(endpoints, "MessageShow", {"id": message_id})
-    r.pop("ok", None)
-    click.echo(json.dumps(r, indent=2))
-
-
-@message.command("find")
-@click.option("--key", required=True, help="A message key (the client's Message.keys).")
-@click.option("--topic", default=None, help="Search only this topic (default: all topics).")
-@click.option("--max", "max_count", default=32, show_default=True, type=click.IntRange(1, 1000))
-@endpoints_option
-def message_find(key: str, topic: str | None, max_count: int, endpoints: str) -> None:
-    """List the messages carrying a key."""
-    args: dict[str, Any] = {"key": key, "max": max_count}
-    if topic is not None:
-        args["topic"] = topic
-    r = call(endpoints, "MessageFind", args)
-    _table(
-        f"messages with key {key}",
-        ["message id", "topic", "queue", "offset", "tag", "body"],
-        [
-            [
-                m["message_id"],
-                m["topic"],
-                m["queue_id"],
-                m["queue_offset"],
-                m["tag"],
-                m["body"][:40],
-            ]
-            for m in r["messages"]
-        ],
-    )
 
 
 def _producer(endpoints: str, topic: str, checker: Any = None) -> Any:
@@ -375,13 +199,14 @@ def store() -> None:
 
 @store.command("verify")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
-def store_verify(data_dir: Path) -> None:
+@json_option
+def store_verify(data_dir: Path, as_json: bool) -> None:
     """Check every record's CRC and that queues and index agree with the log (offline)."""
     from txmq.cli.verify import verify
 
     with console.status(f"verifying {data_dir}"):
         report = verify(data_dir)
-    _table("store verify", ["check", "result"], [[k, v] for k, v in report.items()])
+    show("store verify", ["check", "result"], [[k, v] for k, v in report.items()], report, as_json)
     if report["problems"]:
         sys.exit(1)
 
