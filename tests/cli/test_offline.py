@@ -87,6 +87,7 @@ def test_usage_errors_are_one_line_exit_2(args: list[str], text: str) -> None:
         ["message", "show", "ABC"],
         ["send", "orders", "hi"],
         ["consume", "orders"],
+        ["demo", "--orders", "5", "--no-spark"],
     ],
 )
 def test_broker_down_is_exit_3(args: list[str]) -> None:
@@ -264,3 +265,17 @@ def test_a_grpc_server_without_the_admin_channel_is_an_operation_failure() -> No
         assert "no txmq admin channel" in line
     finally:
         server.stop(grace=None)
+
+
+def test_demo_explains_a_missing_java(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from txmq.cli.demo_steps import spark_skip_reason
+
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no java on it
+    reason = spark_skip_reason()
+    assert reason is not None and "Java 17+" in reason
+    old = tmp_path / "java"
+    old.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    old.chmod(0o755)
+    reason = spark_skip_reason()
+    assert reason is not None and "Java 11" in reason and "17+" in reason
