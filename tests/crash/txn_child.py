@@ -2,9 +2,9 @@
 
 Worker threads prepare transactions with a fixed intended outcome (commit / rollback / unknown,
 the producer's "local transaction") and decide them; a check-back thread runs ``due_checks``,
-answers each check from the intents it knows (unknown ones stay unanswered until max checks) and
-writes snapshots. Every line is printed only after the call it reports returned, so the parent's
-model holds only what was acknowledged:
+answers each check from the intents it knows (unknown ones stay unanswered until max checks); a
+third thread writes snapshots all the time. Every line is printed only after the call it
+reports returned, so the parent's model holds only what was acknowledged:
 
     p <tid> <message id> <intent>   about to prepare (the half may or may not become durable)
     P <tid>                         prepare returned: the half message is durable
@@ -95,16 +95,20 @@ class Child:
 
     def checker(self) -> None:
         rng = random.Random(self.seed)
-        for tick in range(100_000):
+        for _ in range(100_000):
             for req in self.tx.due_checks(lambda g: True):
                 self.say(f"K {req.transaction_id} {req.check_number}")
                 with self.out_lock:
                     intent = self.intents.get(req.transaction_id, "unknown")
                 if intent != "unknown" and rng.random() < 0.7:
                     self.decide(req.transaction_id, intent, DecisionSource.CHECK_BACK)
-            if tick % 5 == 0:
-                self.tx.snapshot()
             time.sleep(0.01)
+
+    def snapshotter(self) -> None:
+        """Snapshots race with prepares, decisions and check ticks, as in the broker."""
+        for _ in range(100_000):
+            self.tx.snapshot()
+            time.sleep(0.03)
 
 
 def main() -> None:
@@ -119,6 +123,7 @@ def main() -> None:
     for n in range(threads):
         threading.Thread(target=child.worker, args=(n,), daemon=True).start()
     threading.Thread(target=child.checker, daemon=True).start()
+    threading.Thread(target=child.snapshotter, daemon=True).start()
     time.sleep(60)
 
 

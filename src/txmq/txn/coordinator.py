@@ -53,6 +53,7 @@ restore counts and times. Replay is idempotent, so a decision is never lost nor 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
 import uuid
@@ -122,8 +123,13 @@ class Transactions:
         self._tick = threading.Lock()  # one check-back tick at a time
         self._snapshotting = threading.Lock()  # one snapshot writer at a time (one temp file)
         self._preparing: set[str] = set()
-        # Operations between "the log says so" and "the book says so"; a snapshot needs none.
-        self._inflight = 0
+        # Operations whose record may be between the log and the book, by token, with the log
+        # end when they started: their record lands at or after it, so a snapshot taken now
+        # covers the log only up to the lowest such offset (replay is idempotent).
+        self._ops: dict[int, int] = {}
+        self._op_tokens = itertools.count()
+        # Checks counted in the book whose check record is not appended yet: tid -> number.
+        self._unrecorded_checks: dict[str, int] = {}
         self._checks_sent = 0
         self._check_errors = 0
         self._outcomes: dict[str, int] = {}
@@ -191,7 +197,7 @@ class Transactions:
             if known or tid in self.book.outcomes or tid in self._preparing:
                 raise InvalidTransactionIdError(tid, "transaction id already used")
             self._preparing.add(tid)
-            self._inflight += 1
+            token = self._op_start()
         try:
             result = self.store.append(half)
             stored = records.stored_half(half, result)
@@ -204,7 +210,7 @@ class Transactions:
         finally:
             with self._lock:
                 self._preparing.discard(tid)
-                self._inflight -= 1
+                self._op_end(token)
         return tid, result
 
     def end(
@@ -233,28 +239,38 @@ class Transactions:
                 raise InvalidTransactionIdError(
                     transaction_id, f"belongs to message {txn.message_id!r}, not {message_id!r}"
                 )
-            self._inflight += 1
+            token = self._op_start()
         try:
             self._append_decision(txn, outcome, source)
         except BaseException:
             with self._lock:
                 self.book.abort_decision(txn)
-                self._settle()
+                self._settle(token)
             raise
         with self._lock:
             self.book.finish(txn, outcome, source, self.now_ms())
             self._uncache_half(transaction_id)
             key = f"{source.value}:{outcome.value}"
             self._outcomes[key] = self._outcomes.get(key, 0) + 1
-            self._settle()
+            self._settle(token)
         return outcome
 
     def resolve(self, transaction_id: str, *, commit: bool) -> Outcome:
         """Operator decision; the only one allowed on a dead (max-checks) transaction."""
         return self.end(transaction_id, commit=commit, source=DecisionSource.OPERATOR)
 
-    def _settle(self) -> None:
-        self._inflight -= 1
+    def _op_start(self) -> int:
+        """Under the lock."""
+        token = next(self._op_tokens)
+        self._ops[token] = self.store.log_end_offset
+        return token
+
+    def _op_end(self, token: int) -> None:
+        """Under the lock."""
+        del self._ops[token]
+
+    def _settle(self, token: int) -> None:
+        self._op_end(token)
         self._decided.notify_all()
 
     def _half(self, txn: Txn) -> Record:
@@ -311,23 +327,34 @@ class Transactions:
         with self._tick:
             now = self.now_ms() if now_ms is None else now_ms
             with self._lock:
+                # The tick's check records land after this offset; a snapshot meanwhile must
+                # replay them.
+                token = self._op_start()
                 self.book.expire_outcomes(now)
                 dues = self.book.due(now, is_live, limits.TRANSACTION_CHECKS_PER_TICK_MAX)
-            spent: list[tuple[Txn, int, Record]] = []
-            for due in dues:
-                try:
-                    checked = self._handle_due(due, now)
-                except TransactionError:
-                    continue  # a producer decided it meanwhile: its outcome stands
-                except Exception:
-                    log.exception("check-back of %s failed; retried later", due.txn.transaction_id)
-                    with self._lock:
-                        self._check_errors += 1
-                        self.book.reschedule(due.txn, now + self.book.check_interval_ms)
-                    continue
-                if checked is not None:
-                    spent.append(checked)
-            return self._record_checks(spent, now)
+            try:
+                spent: list[tuple[Txn, int, Record]] = []
+                for due in dues:
+                    checked = self._handle_due_logged(due, now)
+                    if checked is not None:
+                        spent.append(checked)
+                return self._record_checks(spent, now)
+            finally:
+                with self._lock:
+                    self._op_end(token)
+
+    def _handle_due_logged(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | None:
+        """``_handle_due``, with one transaction's failure contained to that transaction."""
+        try:
+            return self._handle_due(due, now_ms)
+        except TransactionError:
+            return None  # a producer decided it meanwhile: its outcome stands
+        except Exception:
+            log.exception("check-back of %s failed; retried later", due.txn.transaction_id)
+            with self._lock:
+                self._check_errors += 1
+                self.book.reschedule(due.txn, now_ms + self.book.check_interval_ms)
+            return None
 
     def _handle_due(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | None:
         """Decide, resolve or spend a check for one due transaction; returns the spent check."""
@@ -345,7 +372,7 @@ class Transactions:
             number = self.book.spend_check(txn, now_ms)
             if number == 0:
                 return None
-            self._inflight += 1
+            self._unrecorded_checks[txn.transaction_id] = number
         return txn, number, half
 
     def _run_resolvers(self, txn: Txn, half: Record) -> Outcome | None:
@@ -372,10 +399,11 @@ class Transactions:
             with self._lock:
                 for txn, number, _ in spent:
                     self.book.unspend_check(txn, number, now_ms + self.book.check_interval_ms)
-                self._inflight -= len(spent)
+                    self._unrecorded_checks.pop(txn.transaction_id, None)
             raise
         with self._lock:
-            self._inflight -= len(spent)
+            for txn, _, _ in spent:
+                self._unrecorded_checks.pop(txn.transaction_id, None)
             self._checks_sent += len(spent)
         return [
             CheckRequest(t.transaction_id, t.producer_group, t.client_id, n, half)
@@ -468,15 +496,16 @@ class Transactions:
     def snapshot(self) -> bool:
         """Persist the book with the log offset it reflects (write-temp, fsync, rename).
 
-        Skipped while a transaction record is between the log and the book (they could
-        disagree); returns whether one was written. The store is flushed before the file is
-        written so a snapshot never reflects a record a crash could still lose.
+        Concurrent operations do not block it: the snapshot's offset is the log end, lowered to
+        where the earliest in-flight operation started, so their records are replayed on
+        recovery; a check counted but not yet recorded is saved as not sent. The store is
+        flushed before the file is written so a snapshot never reflects a record a crash could
+        still lose. Returns True (kept for callers that count snapshots).
         """
         with self._snapshotting:
             with self._lock:
-                if self._inflight:
-                    return False
-                raw = records.encode_snapshot(self.book, self.store.log_end_offset)
+                offset = min([self.store.log_end_offset, *self._ops.values()])
+                raw = records.encode_snapshot(self.book, offset, self._unrecorded_checks)
             self.store.flush()
             self.store.disk.write_atomic(self.data_dir / _SNAPSHOT, raw)
         return True

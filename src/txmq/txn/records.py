@@ -216,12 +216,18 @@ def replay(book: TxnBook, rec: Record, *, default_timeout_ms: int, claimed: bool
 # --- Snapshot. ----------------------------------------------------------------------------------
 
 
-def encode_snapshot(book: TxnBook, offset: int) -> bytes:
-    """The book as of log offset ``offset`` (every transaction record below it is applied)."""
+def encode_snapshot(book: TxnBook, offset: int, unrecorded_checks: Mapping[str, int]) -> bytes:
+    """The book as of log offset ``offset``: every transaction record below it is applied (and
+    some above it may be: replay is idempotent). ``unrecorded_checks`` (tid -> check number)
+    are counted in the book but their record is not durable yet: saved as not sent."""
+    pending = [_txn_json(t) for t in book.pending.values()]
+    for item in pending:
+        if unrecorded_checks.get(str(item["id"])) == item["checks"]:
+            item["checks"] = int(str(item["checks"])) - 1
     data = {
         "version": SNAPSHOT_VERSION,
         "offset": offset,
-        "pending": [_txn_json(t) for t in book.pending.values()],
+        "pending": pending,
         "dead": [_txn_json(t) for t in book.dead.values()],
         "outcomes": [
             [tid, d.outcome.value, d.source.value, d.decided_at_ms]
