@@ -247,16 +247,17 @@ def test_positions_restore_redelivers_with_prior_attempts(clock: Clock) -> None:
     b.ack(K, 1, grants[1].seq)
     b.ack(K, 3, grants[3].seq)
     clock.advance(60_000)
-    receive(b, q, clock.now, room=1)  # offset 0 at attempt 2
+    receive(b, q, clock.now)  # offsets 0 and 2 at attempt 2
     clock.advance(60_000)
-    receive(b, q, clock.now, room=1)  # offset 0 at attempt 3 (its last)
+    receive(b, q, clock.now, room=1)  # offset 0 (earliest due, lowest offset) at attempt 3
     saved = dict(b.positions())[K]
     assert saved.ack_offset == 0 and saved.settled == (1, 3)
+    assert saved.attempts == ((0, 3), (2, 2))
     fresh = book(attempts_max=3)
     fresh.restore(K, saved)
     grants, dead = receive(fresh, q, clock.now)
     assert dead == [Expired(K, 0, 3)]  # no fourth attempt after a restart
-    assert [(g.queue_offset, g.attempt) for g in grants] == [(2, 2)]
+    assert [(g.queue_offset, g.attempt) for g in grants] == [(2, 3)]
 
 
 def test_reset_and_retention_clamp(clock: Clock) -> None:
@@ -306,3 +307,16 @@ def test_random_operations_keep_at_least_once_and_bounds(clock: Clock, seed: int
     assert acked | dead == set(range(len(q)))
     assert not acked & dead
     assert b.books[K].ack_offset == len(q)
+
+
+def test_due_heap_stays_bounded_under_repeated_invisibility_changes(clock: Clock) -> None:
+    b = book(attempts_max=16)
+    grants, _ = receive(b, plain(10), clock.now)
+    seqs = {g.queue_offset: g.seq for g in grants}
+    for i in range(5_000):
+        off = i % 10
+        seqs[off] = b.change_invisible(K, off, seqs[off], now_ms=clock.now, invisible_ms=5_000)
+        assert len(b.books[K].due) <= 2 * 10 + 64 + 1
+    clock.advance(5_000)
+    again, _ = receive(b, plain(10), clock.now)
+    assert sorted(g.queue_offset for g in again) == list(range(10))

@@ -49,6 +49,8 @@ T = TypeVar("T")
 REDELIVERY_POLL_S = 0.5
 SWEEP_PERIOD_S = 1.0
 DEAD_LETTERS_PER_SWEEP_MAX = 256
+# Clients ack what one receive returned, at most RECEIVE_BATCH_MAX; allow a few receives' worth.
+ACK_ENTRIES_MAX = 8 * limits.RECEIVE_BATCH_MAX
 
 
 def _tags(expr: Any) -> frozenset[str] | None:
@@ -229,9 +231,12 @@ class ConsumeRpcs:
             )
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
+        if len(request.entries) > ACK_ENTRIES_MAX:
+            too_many = BadRequestError(f"at most {ACK_ENTRIES_MAX} entries per AckMessage")
+            return sv.AckMessageResponse(status=fail(too_many))
         top = mapping.status()
         results = []
-        for e in request.entries[: limits.RECEIVE_BATCH_MAX * 32]:
+        for e in request.entries:
             try:
                 await self.run(self.positions.ack, request.group.name, e.receipt_handle)
                 st = mapping.status()

@@ -16,6 +16,7 @@ or held. The window scan - ack never exceeds ``window_max``, which bounds every 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -108,6 +109,9 @@ class QueueBook:
     busy: dict[str, int] = field(default_factory=dict)
     # Attempts made before a restart, for offsets not yet leased again.
     prior_attempts: dict[int, int] = field(default_factory=dict)
+    # (visible_ms, offset, seq) per lease change, earliest first; entries whose lease has
+    # changed since are dropped when they surface, and the heap is rebuilt when mostly stale.
+    due: list[tuple[int, int, int]] = field(default_factory=list)
 
     def check(self) -> None:
         invariant(self.ack_offset <= self.scan_offset, "ack offset passed the scan offset")
@@ -198,14 +202,15 @@ class DeliveryBook:
         book = self.books[key]
         grants: list[Grant] = []
         dead: list[Expired] = []
-        for off in sorted(o for o, f in book.leases.items() if f.visible_ms <= now_ms):
-            lease = book.leases[off]
+        while (lease := self._next_due(book, now_ms)) is not None:
             if lease.attempt >= self.attempts_max:
                 dead.append(self._hold_dead(key, lease, now_ms))
             elif len(grants) < room:
                 grants.append(
                     self._lease(key, book, lease, lease.attempt + 1, now_ms, invisible_ms)
                 )
+            else:
+                break
         for off, group in list(book.held.items()):
             if len(grants) >= room:
                 break
@@ -290,14 +295,15 @@ class DeliveryBook:
         lease.seq = self._seq
         lease.delivered_ms = now_ms
         lease.deadline_ms = now_ms + inv_ms
-        lease.visible_ms = max(lease.deadline_ms, now_ms + self.backoff_ms(attempt))
+        self._show_at(book, lease, max(lease.deadline_ms, now_ms + self.backoff_ms(attempt)))
         return Grant(key, lease.queue_offset, attempt, lease.seq)
 
     def _hold_dead(self, key: QueueKey, lease: Lease, now_ms: int) -> Expired:
         self._seq += 1
         lease.seq = self._seq  # the consumer's handle is stale from now on
         lease.dead = True
-        lease.deadline_ms = lease.visible_ms = now_ms + DEAD_LETTER_HOLD_MS
+        lease.deadline_ms = now_ms + DEAD_LETTER_HOLD_MS
+        self._show_at(self.books[key], lease, lease.deadline_ms)
         return Expired(key, lease.queue_offset, lease.attempt)
 
     def sweep(self, now_ms: int, limit: int) -> list[Expired]:
@@ -305,12 +311,31 @@ class DeliveryBook:
         dead-letters what they failed on."""
         out: list[Expired] = []
         for key, book in self.books.items():
+            if not book.due or book.due[0][0] > now_ms:
+                continue  # nothing due in this queue: the common case, checked in O(1)
             for lease in list(book.leases.values()):
                 if len(out) >= limit:
                     return out
                 if lease.visible_ms <= now_ms and lease.attempt >= self.attempts_max:
                     out.append(self._hold_dead(key, lease, now_ms))
         return out
+
+    def _show_at(self, book: QueueBook, lease: Lease, visible_ms: int) -> None:
+        lease.visible_ms = visible_ms
+        heapq.heappush(book.due, (visible_ms, lease.queue_offset, lease.seq))
+        if len(book.due) > 2 * len(book.leases) + 64:
+            book.due = [(f.visible_ms, o, f.seq) for o, f in book.leases.items()]
+            heapq.heapify(book.due)
+
+    def _next_due(self, book: QueueBook, now_ms: int) -> Lease | None:
+        """The earliest lease visible again at ``now_ms``; stale heap entries are dropped."""
+        while book.due and book.due[0][0] <= now_ms:
+            visible_ms, off, seq = book.due[0]
+            lease = book.leases.get(off)
+            if lease is not None and lease.seq == seq and lease.visible_ms == visible_ms:
+                return lease  # left in the heap: granting or holding it pushes a new entry
+            heapq.heappop(book.due)
+        return None
 
     # --- Handles. --------------------------------------------------------------------------------
 
@@ -336,7 +361,8 @@ class DeliveryBook:
         lease = self.lease_for(key, queue_offset, seq)
         self._seq += 1
         lease.seq = self._seq
-        lease.deadline_ms = lease.visible_ms = now_ms + invisible_ms
+        lease.deadline_ms = now_ms + invisible_ms
+        self._show_at(self.books[key], lease, lease.deadline_ms)
         return lease.seq
 
     def take_for_dead_letter(
