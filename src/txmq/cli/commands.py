@@ -114,7 +114,10 @@ def send(
     except TxmqError:
         raise
     except Exception as exc:
-        raise TxmqError(f"send failed: {exc}") from exc
+        # The client reports everything as its own exceptions; an unknown topic (on a broker
+        # that does not auto-create) is bad input, anything else a failed operation.
+        call(endpoints, "TopicDescribe", {"name": topic})
+        raise TxmqError(f"send failed: {' '.join(str(exc).split())}") from exc
     finally:
         p.shutdown()
 
