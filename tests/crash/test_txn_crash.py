@@ -209,6 +209,7 @@ def _run(tmp_path: Path, seed: int, rounds: int, budget_s: float) -> None:
         done += 1
     print(
         f"{done} rounds, {len(model.prepared)} prepares, {len(model.decided)} decisions, "
+        f"{sum(model.checks.values())} checks acknowledged, "
         f"killed during {model.killed_in_prepare} prepares, {model.killed_in_decision} decisions"
     )
     assert model.prepared and model.decided, "the child acknowledged nothing"
