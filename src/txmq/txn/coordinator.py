@@ -462,10 +462,13 @@ class Transactions:
 
     @property
     def oldest_pending_offset(self) -> int:
-        """Lowest log offset a pending transaction still needs (its half record); the log end
-        when none is pending. Retention must keep every segment from here on."""
+        """Lowest log offset a pending transaction still needs (its half record, or where an
+        operation in flight started); the log end when there is none. Retention must keep every
+        segment from here on. Dead transactions do not pin the log: once retention deleted a
+        dead half, an operator can still roll it back but no longer commit it."""
         with self._lock:
             offsets = [t.half_offset for t in self.book.pending.values()]
+            offsets.extend(self._ops.values())
         return min(offsets, default=self.store.log_end_offset)
 
     def oldest_pending_age_ms(self) -> int:
