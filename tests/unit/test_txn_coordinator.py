@@ -11,6 +11,7 @@ transaction. Method: real files, real fsync, real threads; no mocks.
 from __future__ import annotations
 
 import json
+import random
 import threading
 from pathlib import Path
 
@@ -392,3 +393,62 @@ def test_snapshot_during_a_tick_replays_what_was_in_flight(tmp_path: Path, clock
     assert tx2.show(c)["outcome"] == "committed"
     assert len(delivered(store2)) == 1
     store2.close()
+
+
+def test_concurrent_everything_then_reopen_equals_the_live_book(
+    tmp_path: Path, clock: Clock, seed: int
+) -> None:
+    """Producers, check ticks and snapshots run at once (bounded); afterwards a crash-like
+    reopen from the last snapshot plus the log equals the live book exactly."""
+    store, tx = open_tx(tmp_path, clock, timeout_ms=0, check_interval_ms=1, check_max=4)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def producer(k: int) -> None:
+        rng = random.Random(seed + k)
+        try:
+            for i in range(60):
+                tid = tx.prepare(draft(1000 * k + i), producer_group=f"g{k % 3}")[0]
+                if rng.random() < 0.6:
+                    tx.end(tid, commit=rng.random() < 0.5, source=P)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def background() -> None:
+        try:
+            for _ in range(10_000):
+                if stop.is_set():
+                    return
+                clock.advance(1)
+                tx.due_checks(lambda g: g != "g2")
+                tx.snapshot()
+        except BaseException as exc:
+            errors.append(exc)
+
+    bg = threading.Thread(target=background)
+    bg.start()
+    producers = [threading.Thread(target=producer, args=(k,)) for k in range(6)]
+    for t in producers:
+        t.start()
+    for t in producers:
+        t.join(timeout=120)
+    stop.set()
+    bg.join(timeout=120)
+    assert not errors, errors
+
+    def view(t: Transactions) -> object:
+        return (
+            {p.transaction_id: (p.checks, p.next_check_ms, p.state) for p in t.pending()},
+            sorted(d.transaction_id for d in t.dead()),
+            {tid: d.outcome for tid, d in t.book.outcomes.items()},
+        )
+
+    live = view(tx)
+    _store2, tx2 = open_tx(tmp_path, clock, timeout_ms=0, check_interval_ms=1, check_max=4)
+    assert view(tx2) == live
+    committed = [r.properties[PROP_TRANSACTION_ID] for r in delivered(store)]
+    assert len(committed) == len(set(committed))
+    assert {t for t, d in tx.book.outcomes.items() if d.outcome is Outcome.COMMITTED} == set(
+        committed
+    )
+    store.close()
