@@ -63,6 +63,7 @@ def demo(
     started = time.monotonic()
     work = work_dir or Path(tempfile.mkdtemp(prefix="txmq-demo-"))
     work.mkdir(parents=True, exist_ok=True)
+    ok = False
     try:
         run = DemoRun(orders=orders, seed=seed, work=work, orders_db=orders_db, spark=not no_spark)
         if endpoints is None:
@@ -71,10 +72,14 @@ def demo(
                 facts = run.run(ep, embedded=True)
         else:
             facts = run.run(endpoints, embedded=False)
+        ok = print_report(facts, time.monotonic() - started)
     finally:
-        if work_dir is None:
+        if work_dir is None and (ok or not any(work.iterdir())):
             shutil.rmtree(work, ignore_errors=True)
-    if not print_report(facts, time.monotonic() - started):
+        elif work_dir is None:
+            # Whatever went wrong, the databases and logs are the evidence: keep them.
+            console.print(f"kept the databases and logs in {work}")
+    if not ok:
         sys.exit(1)
 
 
