@@ -15,7 +15,9 @@ exactly when the local transaction committed. An order still inside its local tr
 this process gets no answer yet (the broker asks again later).
 
 Failure injection (a seeded plan, see ``plan_orders``): ``local-error`` (the local transaction
-raises: rollback), ``hang`` (committed locally, the decision never sent: check-back commits),
+raises: rollback), ``slow-local`` (the local transaction outlasts the broker's transaction
+timeout: the check-back that arrives meanwhile gets no answer, then the service commits),
+``hang`` (committed locally, the decision never sent: check-back commits),
 ``crash-after-db`` and ``crash-before-db`` (a second service process is killed with SIGKILL
 before deciding, after or during its local transaction: check-back, answered by the surviving
 instance, commits or rolls back).
@@ -64,8 +66,15 @@ LOCAL_ERROR = "local-error"
 HANG = "hang"
 CRASH_AFTER_DB = "crash-after-db"
 CRASH_BEFORE_DB = "crash-before-db"
+SLOW = "slow-local"
 # Share of each fate in a plan; every fate appears at least once in plans of 10+ orders.
-FATE_SHARES = {LOCAL_ERROR: 0.10, HANG: 0.05, CRASH_AFTER_DB: 0.05, CRASH_BEFORE_DB: 0.04}
+FATE_SHARES = {
+    LOCAL_ERROR: 0.10,
+    HANG: 0.05,
+    CRASH_AFTER_DB: 0.05,
+    CRASH_BEFORE_DB: 0.04,
+    SLOW: 0.01,
+}
 CRASH_FATES = (CRASH_AFTER_DB, CRASH_BEFORE_DB)
 POISON_SHARE = 0.01
 
@@ -216,9 +225,14 @@ def order_message(order: Order, topic: str) -> Message:
 class OrderService:
     """One instance of the order service: a transactional producer and the order database."""
 
-    def __init__(self, endpoints: str, db: OrderDb, *, topic: str = TOPIC) -> None:
+    def __init__(
+        self, endpoints: str, db: OrderDb, *, topic: str = TOPIC, slow_s: float = 2.5
+    ) -> None:
         self.db = db
         self.topic = topic
+        # How long a slow-local order's transaction takes: longer than the broker's
+        # transaction timeout, so a check-back arrives while it runs.
+        self.slow_s = slow_s
         self.checker = OrderChecker(db)
         self.producer = Producer(
             ClientConfiguration(endpoints, Credentials()), (topic,), self.checker
@@ -253,6 +267,8 @@ class OrderService:
             if order.fate == LOCAL_ERROR:
                 conn.rollback()
                 raise PaymentDeclined(f"order {order.order_id}: payment declined")
+            if order.fate == SLOW:
+                time.sleep(self.slow_s)  # e.g. a slow payment provider, inside the transaction
             conn.commit()
 
     def crash_midway(self, orders: list[Order]) -> None:

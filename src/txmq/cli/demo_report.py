@@ -18,6 +18,7 @@ from rich.table import Table
 FATE_COMMITS = {
     "ok": True,
     "local-error": False,
+    "slow-local": True,
     "hang": True,
     "crash-after-db": True,
     "crash-before-db": False,
@@ -25,6 +26,7 @@ FATE_COMMITS = {
 FATE_STORY = {
     "ok": "local commit, then commit",
     "local-error": "local transaction raised: rollback",
+    "slow-local": "slower than the timeout: check-back told 'ask later', then commit",
     "hang": "local commit, decision never sent: check-back commits",
     "crash-after-db": "local commit, SIGKILL before deciding: check-back commits",
     "crash-before-db": "SIGKILL inside the local transaction: check-back rolls back",
