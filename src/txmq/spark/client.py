@@ -1,159 +1,311 @@
-"""A small synchronous client of the broker's v2 gRPC protocol for the Spark connector.
+"""A small synchronous client of the broker for the Spark connector, over gRPC only.
 
-Owns: offset queries, pulls by queue offset, transactional sends and decisions, ledger lookups
-through the admin channel. Runs on the driver and inside executor tasks, so it holds nothing that
-cannot be rebuilt from (endpoints, topic): partitions carry only those.
+Owns: the v2 calls the connector needs (QueryRoute, QueryOffset, PullMessage, SendMessage,
+EndTransaction), one admin call (MessageFind, to read the sink ledger by key: the v2 protocol has
+no lookup by key), the ``x-mq-*`` metadata, bounded retries of transient failures, and turning
+every failure into a typed error. Runs on the driver and inside executor tasks; nothing here is
+pickled (partitions carry only endpoints and names), so each side opens its own channel.
+Must not: import pyspark, keep state beyond the channel, or decide anything about offsets.
+
+Retries are safe for every call here: reads and EndTransaction are idempotent, and a half
+message sent twice (the first answer lost) is never listed in the sink ledger, so check-back
+rolls the stray copy back.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from txmq import errors
-from txmq.cli.admin_client import call
-from txmq.errors import BrokerUnavailableError, TopicNotFoundError, TxmqError
+from txmq import errors, limits
+from txmq.errors import (
+    BadRequestError,
+    BrokerUnavailableError,
+    IllegalOffsetError,
+    RemoteProtocolError,
+    TopicNotFoundError,
+    TxmqError,
+)
+
+T = TypeVar("T")
+
+CLIENT_VERSION: Final = "txmq-spark/0.1.0"
+ADMIN_SERVICE: Final = "txmq.admin.v1.Admin"
+# Per-call deadline: long enough for a 1024-message pull of large bodies on a loaded machine.
+CALL_TIMEOUT_S: Final = 30.0
+# Transient failures (broker restarting, connection reset) are retried this many times in all.
+CALL_ATTEMPTS_MAX: Final = 4
+RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
+# Messages per PullMessage: the broker serves at most READ_BATCH_MAX.
+PULL_BATCH_MAX: Final = limits.READ_BATCH_MAX
+# Messages per SendMessage request; the broker takes at most 64.
+SEND_BATCH_MAX: Final = 64
+_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
-class BrokerStatusError(TxmqError):
-    """The broker answered with a non-OK status."""
+class BrokerRefusedError(TxmqError):
+    """The broker answered with a non-OK status the connector has no narrower type for."""
 
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"broker refused: {message} (code {code})")
+    def __init__(self, code: int, message: str, *, call: str) -> None:
+        super().__init__(f"broker refused {call}: {message} (code {code})")
         self.code = code
+        self.call = call
+        self.retriable = code == errors.CODE_TOO_MANY_REQUESTS
 
 
-class Broker:
-    def __init__(self, endpoints: str, *, timeout_s: float = 30.0) -> None:
+def raise_for_status(status: Any, *, call: str, topic: str = "") -> None:
+    """Turn a v2 Status into a typed error; returns only for OK."""
+    code, message = int(status.code), str(status.message)
+    if code == errors.CODE_OK:
+        return
+    if code == errors.CODE_TOPIC_NOT_FOUND:
+        raise TopicNotFoundError(topic or message)
+    if code == errors.CODE_ILLEGAL_OFFSET:
+        raise IllegalOffsetError(message)
+    if code == errors.CODE_ILLEGAL_TOPIC:
+        raise errors.IllegalTopicError(message)
+    raise BrokerRefusedError(code, message, call=call)
+
+
+@dataclass(frozen=True)
+class Pulled:
+    messages: list[Any]  # apache.rocketmq.v2.Message, in queue-offset order
+    next_offset: int
+
+
+@dataclass(frozen=True)
+class SentHalf:
+    """Where a transactional send went: what EndTransaction needs later."""
+
+    topic: str
+    message_id: str
+    transaction_id: str
+
+
+def build_message(
+    topic: str,
+    body: bytes,
+    *,
+    keys: Sequence[str] = (),
+    tag: str = "",
+    properties: Mapping[str, str] | None = None,
+    transactional: bool = False,
+) -> Any:
+    """A wire Message with a fresh id, as the official client builds one."""
+    msg = pb.Message(topic=pb.Resource(name=topic), body=body)
+    for k, v in (properties or {}).items():
+        msg.user_properties[k] = v
+    sp = msg.system_properties
+    sp.message_id = uuid.uuid4().hex.upper()
+    sp.message_type = pb.TRANSACTION if transactional else pb.NORMAL
+    sp.keys.extend(keys)
+    if tag:
+        sp.tag = tag
+    sp.born_timestamp.GetCurrentTime()
+    return msg
+
+
+def _queue(topic: str, queue_id: int) -> Any:
+    return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
+
+
+class BrokerClient:
+    """One gRPC channel to one broker. Use as a context manager; thread-safe.
+
+    Raises (every method): BrokerUnavailableError when nothing answers at ``endpoints`` after
+    the retries; TopicNotFoundError; BrokerRefusedError for other refusals.
+    """
+
+    def __init__(self, endpoints: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.endpoints = endpoints
         self.timeout_s = timeout_s
-        self.client_id = f"txmq-spark-{uuid.uuid4().hex[:12]}"
-        self.channel = grpc.insecure_channel(endpoints)
+        self.client_id = f"txmq-spark@{uuid.uuid4().hex[:16]}"
+        self.channel = grpc.insecure_channel(
+            endpoints,
+            options=[
+                ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+                ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+            ],
+        )
         self.stub = sg.MessagingServiceStub(self.channel)
+
+    def __enter__(self) -> BrokerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.channel.close()
 
-    def _md(self) -> list[tuple[str, str]]:
-        return [("x-mq-client-id", self.client_id), ("x-mq-protocol", "GRPC_V2")]
+    def metadata(self) -> list[tuple[str, str]]:
+        # What the official client sends; the broker reads x-mq-client-id (check-back routing,
+        # sessions), the rest identifies us in its logs.
+        return [
+            ("x-mq-client-id", self.client_id),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", CLIENT_VERSION),
+            ("x-mq-request-id", uuid.uuid4().hex),
+        ]
 
-    def _rpc(self, method: str, request: Any) -> Any:
-        try:
-            return getattr(self.stub, method)(request, metadata=self._md(), timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise BrokerUnavailableError(self.endpoints, str(exc.code())) from exc
+    def _retrying(self, call: str, fn: Callable[[], T]) -> T:
+        for attempt in range(CALL_ATTEMPTS_MAX):
+            try:
+                return fn()
+            except grpc.RpcError as exc:
+                code = exc.code() if callable(getattr(exc, "code", None)) else None
+                if code in _TRANSIENT and attempt + 1 < CALL_ATTEMPTS_MAX:
+                    time.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+                    continue
+                detail = exc.details() if callable(getattr(exc, "details", None)) else ""
+                if code in _TRANSIENT:
+                    raise BrokerUnavailableError(self.endpoints, f"{code}: {detail}") from exc
+                raise RemoteProtocolError(
+                    f"{call} to {self.endpoints} failed: {code}: {detail} (is this a txmq broker?)"
+                ) from exc
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    @staticmethod
-    def _check(status: Any) -> None:
-        if status.code != errors.CODE_OK:
-            if status.code == errors.CODE_TOPIC_NOT_FOUND:
-                raise TopicNotFoundError(status.message)
-            raise BrokerStatusError(int(status.code), status.message)
+    def _unary(self, method: str, request: Any) -> Any:
+        rpc = getattr(self.stub, method)
+        return self._retrying(
+            method, lambda: rpc(request, metadata=self.metadata(), timeout=self.timeout_s)
+        )
+
+    # --- Topics and offsets. ------------------------------------------------------------------
+
+    def query_offset(self, topic: str, queue_id: int, policy: str, *, timestamp_ms: int = 0) -> int:
+        """``policy``: "earliest" (first retained), "latest" (next to be written) or
+        "timestamp" (first message stored at or after ``timestamp_ms``)."""
+        wire = {"earliest": pb.BEGINNING, "latest": pb.END, "timestamp": pb.TIMESTAMP}
+        if policy not in wire:
+            raise BadRequestError(f"unknown offset policy {policy!r}")
+        req = sv.QueryOffsetRequest(message_queue=_queue(topic, queue_id))
+        req.query_offset_policy = wire[policy]
+        if policy == "timestamp":
+            req.timestamp.FromMilliseconds(timestamp_ms)
+        reply = self._unary("QueryOffset", req)
+        raise_for_status(reply.status, call="QueryOffset", topic=topic)
+        return int(reply.offset)
 
     def queue_count(self, topic: str) -> int:
-        try:
-            r = call(self.endpoints, "TopicDescribe", {"name": topic}, timeout_s=self.timeout_s)
-        except errors.NotFoundError as exc:
-            raise TopicNotFoundError(topic) from exc
-        return len(r["queues"])
+        """Queues of an existing topic. Never creates it: QueryRoute would auto-create, so the
+        topic's existence is checked first with QueryOffset, which does not."""
+        self.query_offset(topic, 0, "earliest")
+        reply = self._unary("QueryRoute", sv.QueryRouteRequest(topic=pb.Resource(name=topic)))
+        raise_for_status(reply.status, call="QueryRoute", topic=topic)
+        count = len(reply.message_queues)
+        if count < 1:
+            raise RemoteProtocolError(f"the route of topic {topic!r} lists no queues")
+        return count
 
-    def query_offset(self, topic: str, queue_id: int, policy: str, ts_ms: int = 0) -> int:
-        req = sv.QueryOffsetRequest(
-            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id),
-            query_offset_policy={
-                "earliest": pb.BEGINNING,
-                "latest": pb.END,
-                "timestamp": pb.TIMESTAMP,
-            }[policy],
-        )
-        if policy == "timestamp":
-            req.timestamp.seconds, ms = divmod(ts_ms, 1000)
-            req.timestamp.nanos = ms * 1_000_000
-        r = self._rpc("QueryOffset", req)
-        self._check(r.status)
-        return int(r.offset)
+    def offsets(self, topic: str, queues: int, policy: str, *, timestamp_ms: int = 0) -> list[int]:
+        return [
+            self.query_offset(topic, q, policy, timestamp_ms=timestamp_ms) for q in range(queues)
+        ]
 
-    def pull(self, topic: str, queue_id: int, offset: int, batch: int) -> tuple[list[Any], int]:
+    # --- Reading committed messages. ----------------------------------------------------------
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> Pulled:
+        """Up to ``max_count`` messages from ``offset``: only committed and normal messages
+        are in a queue (half and rolled-back messages never are)."""
         req = sv.PullMessageRequest(
             group=pb.Resource(name="txmq-spark"),
-            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id),
+            message_queue=_queue(topic, queue_id),
             offset=offset,
-            batch_size=batch,
+            batch_size=max(1, min(max_count, PULL_BATCH_MAX)),
         )
-        messages: list[Any] = []
-        next_offset = offset
-        try:
-            for item in self.stub.PullMessage(req, metadata=self._md(), timeout=self.timeout_s):
-                if item.HasField("status"):
-                    self._check(item.status)
-                elif item.HasField("message"):
+
+        def once() -> Pulled:
+            messages: list[Any] = []
+            next_offset = -1
+            stream = self.stub.PullMessage(req, metadata=self.metadata(), timeout=self.timeout_s)
+            for item in stream:
+                kind = item.WhichOneof("content")
+                if kind == "status":
+                    raise_for_status(item.status, call="PullMessage", topic=topic)
+                elif kind == "message":
                     messages.append(item.message)
-                else:
+                elif kind == "next_offset":
                     next_offset = int(item.next_offset)
-        except grpc.RpcError as exc:
-            raise BrokerUnavailableError(self.endpoints, str(exc.code())) from exc
-        return messages, next_offset
+            if next_offset < 0:
+                raise RemoteProtocolError("PullMessage ended without a next_offset")
+            return Pulled(messages, next_offset)
+
+        return self._retrying("PullMessage", once)
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Any]:
+        """Every message with ``start <= queue_offset < end``, in order.
+
+        Raises IllegalOffsetError when ``start`` is below the retained range, and
+        RemoteProtocolError when the queue ends before ``end`` (a range is only ever built
+        from offsets the broker reported, so a short queue means lost data, never "done").
+        """
         offset = start
         while offset < end:
-            messages, nxt = self.pull(topic, queue_id, offset, min(512, end - offset))
-            for m in messages:
+            got = self.pull(topic, queue_id, offset, end - offset)
+            for m in got.messages:
                 if m.system_properties.queue_offset < end:
                     yield m
-            if nxt <= offset:
-                break
-            offset = nxt
+            if got.next_offset <= offset:
+                raise RemoteProtocolError(
+                    f"queue {topic}/{queue_id} ends at {offset}, before offset {end} it reported"
+                )
+            offset = got.next_offset
 
-    def send_half(
-        self, topic: str, body: bytes, *, keys: list[str], tag: str, properties: Mapping[str, str]
-    ) -> tuple[str, str]:
-        msg = pb.Message(topic=pb.Resource(name=topic), body=body)
-        for k, v in properties.items():
-            msg.user_properties[k] = v
-        sp = msg.system_properties
-        sp.message_id = uuid.uuid4().hex.upper()
-        sp.message_type = pb.TRANSACTION
-        sp.keys.extend(keys)
-        if tag:
-            sp.tag = tag
-        r = self._rpc("SendMessage", sv.SendMessageRequest(messages=[msg]))
-        self._check(r.status)
-        e = r.entries[0]
-        return e.message_id, e.transaction_id
+    # --- Sending and deciding. ----------------------------------------------------------------
 
-    def send_normal(self, topic: str, body: bytes, *, keys: list[str]) -> None:
-        msg = pb.Message(topic=pb.Resource(name=topic), body=body)
-        msg.system_properties.message_id = uuid.uuid4().hex.upper()
-        msg.system_properties.message_type = pb.NORMAL
-        msg.system_properties.keys.extend(keys)
-        r = self._rpc("SendMessage", sv.SendMessageRequest(messages=[msg]))
-        self._check(r.status)
+    def send(self, messages: Sequence[Any]) -> list[SentHalf]:
+        """Send up to SEND_BATCH_MAX messages in one request; raises if any was refused."""
+        if not 0 < len(messages) <= SEND_BATCH_MAX:
+            raise BadRequestError(f"send takes 1..{SEND_BATCH_MAX} messages")
+        reply = self._unary("SendMessage", sv.SendMessageRequest(messages=list(messages)))
+        for msg, entry in zip(messages, reply.entries, strict=False):
+            raise_for_status(entry.status, call="SendMessage", topic=msg.topic.name)
+        raise_for_status(reply.status, call="SendMessage", topic=messages[0].topic.name)
+        if len(reply.entries) != len(messages):
+            raise RemoteProtocolError("SendMessage answered a different number of entries")
+        return [
+            SentHalf(m.topic.name, e.message_id, e.transaction_id)
+            for m, e in zip(messages, reply.entries, strict=True)
+        ]
 
-    def end(self, topic: str, message_id: str, transaction_id: str, commit: bool) -> None:
-        r = self._rpc(
-            "EndTransaction",
-            sv.EndTransactionRequest(
-                topic=pb.Resource(name=topic),
-                message_id=message_id,
-                transaction_id=transaction_id,
-                resolution=pb.COMMIT if commit else pb.ROLLBACK,
-                source=pb.SOURCE_CLIENT,
-            ),
+    def end_transaction(self, half: SentHalf, *, commit: bool) -> None:
+        """Commit or roll back one half message. Idempotent; a contradicting earlier decision
+        (say check-back rolled it back after its maximum checks) raises BrokerRefusedError
+        with code PRECONDITION_FAILED."""
+        req = sv.EndTransactionRequest(
+            topic=pb.Resource(name=half.topic),
+            message_id=half.message_id,
+            transaction_id=half.transaction_id,
+            resolution=pb.COMMIT if commit else pb.ROLLBACK,
+            source=pb.SOURCE_CLIENT,
         )
-        if r.status.code == errors.CODE_PRECONDITION_FAILED:
-            return  # already decided the other way by check-back; the ledger made that call
-        self._check(r.status)
+        reply = self._unary("EndTransaction", req)
+        raise_for_status(reply.status, call="EndTransaction", topic=half.topic)
 
-    def find_by_key(self, topic: str, key: str) -> list[dict[str, Any]]:
-        try:
-            r = call(self.endpoints, "MessageFind", {"topic": topic, "key": key})
-        except errors.NotFoundError:
-            return []
-        return list(r["messages"])
+    # --- Admin channel: lookup by key. --------------------------------------------------------
+
+    def find_by_key(self, topic: str, key: str, max_count: int) -> list[tuple[list[str], str]]:
+        """(keys, body text) of the newest messages of ``topic`` with ``key``."""
+        rpc = self.channel.unary_unary(f"/{ADMIN_SERVICE}/MessageFind")
+        args = json.dumps({"topic": topic, "key": key, "max": max_count}).encode()
+        raw = self._retrying(
+            "MessageFind", lambda: rpc(args, metadata=self.metadata(), timeout=self.timeout_s)
+        )
+        reply = json.loads(raw)
+        if not reply.get("ok"):
+            code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
+            if code == errors.CODE_TOPIC_NOT_FOUND or code == errors.CODE_NOT_FOUND:
+                return []
+            raise BrokerRefusedError(code, str(reply.get("error", "")), call="MessageFind")
+        return [(list(m["keys"]), str(m["body"])) for m in reply["messages"]]

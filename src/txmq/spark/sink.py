@@ -1,162 +1,326 @@
-"""The transactional txmq sink for Spark (batch and streaming).
+"""The transactional ``txmq`` sink: ``df.write.format("txmq")`` and ``df.writeStream.format(...)``.
 
-Each task sends its rows as half messages tagged with (sink id, batch id, partition, attempt)
-and reports their transaction ids. The driver's commit first looks the batch up in the ledger:
-already there (a replayed batch) -> roll these back; otherwise append the ledger record, then
-commit each transaction. abort() rolls back. If the driver dies after the ledger record, the
-broker's check-back commits the listed transactions (txmq.txn.ledger.SinkLedger).
+Owns: checking the written DataFrame's columns, the tasks' sends of half messages, and the
+driver's commit/abort, which make a batch visible exactly once through the sink ledger (format
+and theory of operation in txmq.txn.ledger, which the broker's check-back also reads).
+
+- A task sends its rows as transactional half messages, tagged with (query, batch, partition,
+  attempt), and returns ``SentHalves`` listing their transaction ids. Nothing is visible yet.
+- The driver's ``commit`` looks the batch up in the ledger. Not there: it appends the ledger
+  record listing the transactions it commits, then commits each one. Already there (Spark
+  re-runs the last batch after a driver crash between this commit and its own commit record):
+  it rolls back this run's copies. A driver that dies between the ledger record and its
+  decisions leaves them to check-back, which commits exactly what the ledger lists.
+- ``abort`` rolls back (unless the ledger already committed the batch: the record is the
+  decision). Halves of failed task attempts are never listed, so check-back rolls them back.
+
+Columns: ``body`` (binary or string, required); optional ``keys`` (array<string> or string),
+``tag`` (string), ``properties`` (map<string,string>), ``topic`` (string; option topic wins).
+Other columns are ignored, so a txmq read can be written back as it is.
+Options: endpoints, topic; batch writes also sinkId and batchId (a write with the same pair is
+applied once, however often it runs). A stream uses Spark's query id (kept in its checkpoint).
+
+Must not: make anything visible before the ledger record is durable, or keep a connection on a
+writer (Spark pickles writers to executors).
 """
 
 from __future__ import annotations
 
-import json
+import os
+import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
 
-from txmq.spark.client import Broker
-from txmq.spark.source import TxmqOptionError, _require
-from txmq.txn.ledger import LEDGER_TOPIC, PROP_SINK_BATCH, PROP_SINK_ID, ledger_key
+from txmq import errors
+from txmq.spark import options as opt
+from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, BrokerRefusedError, SentHalf
+from txmq.spark.client import build_message as _message
+from txmq.spark.options import SchemaError, TxmqOptionError
+from txmq.txn.ledger import (
+    LEDGER_RECORDS_PER_KEY_MAX,
+    LEDGER_TOPIC,
+    PROP_SINK_ATTEMPT,
+    PROP_SINK_BATCH,
+    PROP_SINK_PARTITION,
+    PROP_SINK_QUERY,
+    LedgerEntry,
+    ledger_key,
+)
+
+# SendMessage requests one task keeps in flight, so its halves share the broker's group-commit
+# fsyncs instead of paying one each.
+SENDS_IN_FLIGHT: Final = 4
+# EndTransaction calls the driver keeps in flight, for the same reason.
+DECISIONS_IN_FLIGHT: Final = 16
+# Test-only failpoint: "after-ledger:<batch>" or "after-sink-commit:<batch>" SIGKILLs the whole
+# driver process group at that point of that batch's commit (a crashed driver machine).
+FAILPOINT_ENV: Final = "TXMQ_SPARK_FAILPOINT"
+QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+_SINK_PROPS = frozenset({PROP_SINK_QUERY, PROP_SINK_BATCH, PROP_SINK_PARTITION, PROP_SINK_ATTEMPT})
+
+
+class SinkCommitLostError(errors.TransactionError):
+    """The ledger committed a transaction the broker had already rolled back (it reached the
+    broker's maximum number of checks before the batch committed): those rows are missing."""
+
+    code = errors.CODE_PRECONDITION_FAILED
+
+    def __init__(self, query: str, batch: str, transaction_id: str, detail: str) -> None:
+        super().__init__(
+            f"sink batch {query}:{batch}: transaction {transaction_id} was rolled back by the "
+            f"broker before the sink committed it ({detail}); raise the broker's "
+            "transaction_check_max or shorten batches"
+        )
+        self.query = query
+        self.batch = batch
+        self.transaction_id = transaction_id
 
 
 @dataclass
 class SentHalves(WriterCommitMessage):
-    # (topic, message id, transaction id) per row
-    halves: list[tuple[str, str, str]] = field(default_factory=list)
+    """One task's report: the half messages it sent, all undecided."""
+
+    query: str
+    batch: str
+    partition: int
+    attempt: int
+    halves: list[SentHalf] = field(default_factory=list)
 
 
-def _check_schema(schema: StructType) -> None:
-    names = {f.name: f.dataType for f in schema.fields}
-    body = names.get("body")
-    if body is None or not isinstance(body, (BinaryType, StringType)):
-        raise TxmqOptionError("the txmq sink needs a 'body' column of type binary or string")
-    for col in ("tag", "topic"):
-        if col in names and not isinstance(names[col], StringType):
-            raise TxmqOptionError(f"column {col!r} must be a string")
+def check_schema(schema: StructType) -> None:
+    """Raises SchemaError naming the column when the DataFrame cannot be written."""
+    cols = {f.name: f.dataType for f in schema.fields}
+    string_list = ArrayType(StringType())
+    wanted: dict[str, tuple[tuple[Any, ...], str]] = {
+        "body": ((BinaryType(), StringType()), "binary or string"),
+        "keys": ((string_list, ArrayType(StringType(), False), StringType()), "array<string>"),
+        "tag": ((StringType(),), "string"),
+        "topic": ((StringType(),), "string"),
+        "properties": (
+            (MapType(StringType(), StringType()), MapType(StringType(), StringType(), False)),
+            "map<string,string>",
+        ),
+    }
+    if "body" not in cols:
+        raise SchemaError(
+            f"the txmq sink needs a 'body' column (binary or string); got {schema.simpleString()}"
+        )
+    for name, (types, text) in wanted.items():
+        if name in cols and cols[name] not in types:
+            raise SchemaError(
+                f"column {name!r} of the txmq sink must be {text}, not {cols[name].simpleString()}"
+            )
 
 
-class _Writer:
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        _check_schema(schema)
-        self.endpoints = _require(options, "endpoints")
-        self.topic = options.get("topic", "")
-        self.sink_id = options.get("sinkid", self.topic or "default")
-        self.fail_after_ledger = options.get("failafterledger", "") == "true"  # test failpoint
+def _rows(rb: pa.RecordBatch) -> Iterator[dict[str, Any]]:
+    names = set(rb.schema.names)
+    cols = {n: rb.column(n).to_pylist() for n in ("body", "keys", "tag", "topic", "properties")}
+    for i in range(rb.num_rows):
+        yield {n: cols[n][i] if n in names else None for n in cols}
+
+
+class _Sink:
+    """What the batch and the streaming sink share: options, task sends, driver decisions."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, *, batch: bool) -> None:
+        opts = opt.lower_keys(options)
+        known = opt.SINK_OPTIONS if batch else opt.SINK_OPTIONS - {"sinkid", "batchid"}
+        opt.check_known(opts, known, "sink" if batch else "streaming sink")
+        check_schema(schema)
+        self.endpoints = opt.endpoints(opts)
+        self.topic = opts.get("topic", "").strip()
         if not self.topic and "topic" not in schema.fieldNames():
-            raise TxmqOptionError("set option 'topic' or provide a 'topic' column")
+            raise TxmqOptionError("the txmq sink needs option 'topic' or a 'topic' column")
+        self.sink_id = opts.get("sinkid", "spark-batch").strip()
+        # Fixed on the driver and pickled to the tasks: one id for the whole write job.
+        self.batch_id = opts.get("batchid", "").strip() or uuid.uuid4().hex
+        ledger_key(self.sink_id, self.batch_id)  # checks both now, not in every task
 
-    def _send(self, rows: Iterator[Any], batch_id: str) -> SentHalves:
+    def _message(self, row: dict[str, Any], tags: dict[str, str]) -> Any:
+        body, keys, props = row["body"], row["keys"], row["properties"] or []
+        if body is None or len(body) == 0:
+            raise SchemaError("the txmq sink cannot send a row with a null or empty body")
+        user = {str(k): str(v) for k, v in props if v is not None}
+        if _SINK_PROPS & user.keys():
+            raise SchemaError(f"properties {sorted(_SINK_PROPS)} are reserved for the sink")
+        user.update(tags)
+        # As in Spark's Kafka sink, the topic option wins over a topic column, so a txmq read
+        # (which has one) can be written to another topic.
+        topic = self.topic or row["topic"]
+        if not topic:
+            raise SchemaError("a row has a null topic and the txmq sink has no option 'topic'")
+        return _message(
+            topic,
+            body.encode() if isinstance(body, str) else bytes(body),
+            keys=[keys] if isinstance(keys, str) else [k for k in keys or [] if k],
+            tag=row["tag"] or "",
+            properties=user,
+            transactional=True,
+        )
+
+    def send_halves(self, batches: Iterator[pa.RecordBatch], query: str, batch: str) -> SentHalves:
+        """Executor side: send every row as a half message; nothing becomes visible."""
         ctx = TaskContext.get()
-        part = str(ctx.partitionId()) if ctx else "0"
-        attempt = str(ctx.attemptNumber()) if ctx else "0"
-        broker = Broker(self.endpoints)
-        out = SentHalves()
-        try:
-            for row in rows:
-                d = row.asDict()
-                body = d["body"]
-                body = body.encode() if isinstance(body, str) else bytes(body)
-                topic = d.get("topic") or self.topic
-                keys = d.get("keys") or []
-                props = {str(k): str(v) for k, v in (d.get("properties") or {}).items()}
-                props.update(
-                    {
-                        PROP_SINK_ID: self.sink_id,
-                        PROP_SINK_BATCH: batch_id,
-                        "SPARK_SINK_PARTITION": part,
-                        "SPARK_SINK_ATTEMPT": attempt,
-                    }
-                )
-                mid, tid = broker.send_half(
-                    topic, body, keys=list(keys), tag=d.get("tag") or "", properties=props
-                )
-                out.halves.append((topic, mid, tid))
-        finally:
-            broker.close()
+        part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
+        tags = {
+            PROP_SINK_QUERY: query,
+            PROP_SINK_BATCH: batch,
+            PROP_SINK_PARTITION: str(part),
+            PROP_SINK_ATTEMPT: str(attempt),
+        }
+        out = SentHalves(query, batch, part, attempt)
+        with BrokerClient(self.endpoints) as broker, ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool:
+            futures = []
+            chunk: list[Any] = []
+            for rb in batches:
+                for row in _rows(rb):
+                    chunk.append(self._message(row, tags))
+                    if len(chunk) == SEND_BATCH_MAX:
+                        futures.append(pool.submit(broker.send, chunk))
+                        chunk = []
+            if chunk:
+                futures.append(pool.submit(broker.send, chunk))
+            for f in futures:  # in order; the first failure fails the task
+                out.halves.extend(f.result())
         return out
 
-    def _commit(self, messages: list[Any], batch_id: str) -> None:
-        broker = Broker(self.endpoints)
+    def commit_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
+        """Driver side: ledger record first, then the decisions (see the module docstring)."""
+        sent = _sent(messages, query, batch)
+        with BrokerClient(self.endpoints) as broker:
+            recorded = _ledger(broker, query, batch)
+            if recorded:
+                committed = frozenset().union(*(e.committed for e in recorded))
+            else:
+                entry = LedgerEntry(
+                    query,
+                    batch,
+                    frozenset(h.transaction_id for m in sent for h in m.halves),
+                    tuple(sorted((m.partition, m.attempt) for m in sent)),
+                )
+                broker.send([_message(LEDGER_TOPIC, entry.encode(), keys=[entry.key])])
+                _failpoint("after-ledger", batch)
+                committed = entry.committed
+            _decide(broker, sent, committed, query, batch)
+        _failpoint("after-sink-commit", batch)
+
+    def abort_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
+        """Roll back, unless the ledger already committed the batch: it is the decision."""
+        sent = _sent(messages, query, batch)
+        with BrokerClient(self.endpoints) as broker:
+            recorded = _ledger(broker, query, batch)
+            committed = frozenset().union(*(e.committed for e in recorded))
+            _decide(broker, sent, committed, query, batch)
+
+
+def _sent(messages: Sequence[Any], query: str, batch: str) -> list[SentHalves]:
+    sent = [m for m in messages if isinstance(m, SentHalves)]
+    for m in sent:
+        errors.invariant(
+            (m.query, m.batch) == (query, batch),
+            f"task report for {m.query}:{m.batch} reached the commit of {query}:{batch}",
+        )
+    return sent
+
+
+def _ledger(broker: BrokerClient, query: str, batch: str) -> list[LedgerEntry]:
+    key = ledger_key(query, batch)
+    found = broker.find_by_key(LEDGER_TOPIC, key, LEDGER_RECORDS_PER_KEY_MAX)
+    return [LedgerEntry.decode(key, body) for keys, body in found if key in keys]
+
+
+def _decide(
+    broker: BrokerClient,
+    sent: list[SentHalves],
+    committed: frozenset[str],
+    query: str,
+    batch: str,
+) -> None:
+    """Commit the listed halves and roll back the rest, concurrently (shared fsyncs)."""
+    halves = [h for m in sent for h in m.halves]
+
+    def one(h: SentHalf) -> None:
+        commit = h.transaction_id in committed
         try:
-            halves = [h for m in messages if isinstance(m, SentHalves) for h in m.halves]
-            key = ledger_key(self.sink_id, batch_id)
-            recorded = _recorded(broker, key)
-            if recorded is None:
-                recorded = {tid for _t, _m, tid in halves}
-                broker.send_normal(LEDGER_TOPIC, json.dumps(sorted(recorded)).encode(), keys=[key])
-                if self.fail_after_ledger:
-                    _kill_driver()  # test failpoint: the driver dies between ledger and decisions
-            # A retried commit of the same attempt finds its own ids and commits them; a replayed
-            # batch (new ids, same batch id) finds other ids and rolls its copies back.
-            for topic, mid, tid in halves:
-                broker.end(topic, mid, tid, commit=tid in recorded)
-        finally:
-            broker.close()
+            broker.end_transaction(h, commit=commit)
+        except BrokerRefusedError as exc:
+            if exc.code == errors.CODE_PRECONDITION_FAILED and commit:
+                raise SinkCommitLostError(query, batch, h.transaction_id, str(exc)) from exc
+            raise
 
-    def _abort(self, messages: list[Any], batch_id: str) -> None:
-        """Roll back, unless the ledger already records these transactions as committed: the
-        ledger record is the decision, so an abort after it must not contradict it."""
-        broker = Broker(self.endpoints)
-        try:
-            recorded = _recorded(broker, ledger_key(self.sink_id, batch_id)) or set()
-            for m in messages:
-                if isinstance(m, SentHalves):
-                    for topic, mid, tid in m.halves:
-                        broker.end(topic, mid, tid, commit=tid in recorded)
-        finally:
-            broker.close()
+    with ThreadPoolExecutor(DECISIONS_IN_FLIGHT) as pool:
+        for f in [pool.submit(one, h) for h in halves]:
+            f.result()
 
 
-class TxmqStreamWriter(_Writer, DataSourceStreamWriter):
-    def write(self, iterator: Iterator[Any]) -> SentHalves:
-        ctx = TaskContext.get()
-        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-        return self._send(iterator, str(batch))
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        self._commit(messages, str(batchId))
-
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        self._abort(messages, str(batchId))
+def _failpoint(name: str, batch: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == f"{name}:{batch}":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-class TxmqBatchWriter(_Writer, DataSourceWriter):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        super().__init__(options, schema)
-        # One id for the whole write job, fixed on the driver and pickled to the tasks.
-        self.batch_id = options.get("batchid") or uuid.uuid4().hex
+def _task_property(name: str) -> str:
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty(name) if ctx else None
+    if not value:
+        raise TxmqOptionError(f"the streaming txmq sink runs only in a streaming query ({name})")
+    return str(value)
 
-    def write(self, iterator: Iterator[Any]) -> SentHalves:
-        return self._send(iterator, self.batch_id)
+
+class TxmqBatchWriter(_Sink, DataSourceArrowWriter):
+    def __init__(
+        self, options: Mapping[str, str], schema: StructType, *, overwrite: bool = False
+    ) -> None:
+        if overwrite:
+            raise TxmqOptionError("a topic cannot be overwritten: use mode('append')")
+        super().__init__(options, schema, batch=True)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentHalves:
+        return self.send_halves(iterator, self.sink_id, self.batch_id)
 
     def commit(self, messages: list[Any]) -> None:
-        self._commit(messages, self.batch_id)
+        self.commit_batch(messages, self.sink_id, self.batch_id)
 
     def abort(self, messages: list[Any]) -> None:
-        self._abort(messages, self.batch_id)
+        self.abort_batch(messages, self.sink_id, self.batch_id)
 
 
-def _kill_driver() -> None:
-    """Failpoint for tests: SIGKILL the whole driver (JVM, Python driver and workers), as a
-    crashed driver machine would. Only set failAfterLedger on a driver started in its own
-    process group (the tests start it with start_new_session=True)."""
-    import os
-    import signal
+class TxmqStreamWriter(_Sink, DataSourceStreamArrowWriter):
+    """The query id comes from the tasks (Spark sets it as a task property), because
+    ``commit`` runs where Spark tells it nothing but the batch id."""
 
-    os.killpg(os.getpgrp(), signal.SIGKILL)
+    def __init__(
+        self, options: Mapping[str, str], schema: StructType, *, overwrite: bool = False
+    ) -> None:
+        super().__init__(options, schema, batch=False)
 
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentHalves:
+        query = _task_property(QUERY_ID_PROPERTY)
+        return self.send_halves(iterator, query, _task_property(BATCH_ID_PROPERTY))
 
-def _recorded(broker: Broker, key: str) -> set[str] | None:
-    """Transaction ids the ledger records for a batch; None when the batch is not recorded."""
-    entries = broker.find_by_key(LEDGER_TOPIC, key)
-    if not entries:
-        return None
-    out: set[str] = set()
-    for entry in entries:
-        out.update(str(t) for t in json.loads(entry["body"]))
-    return out
+    def _query(self, messages: list[Any]) -> str | None:
+        queries = {m.query for m in messages if isinstance(m, SentHalves)}
+        errors.invariant(len(queries) <= 1, f"one batch of one query, got {sorted(queries)}")
+        return queries.pop() if queries else None
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        query = self._query(messages)
+        if query is not None:  # no task ran: nothing was sent
+            self.commit_batch(messages, query, str(batchId))
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        query = self._query(messages)
+        if query is not None:
+            self.abort_batch(messages, query, str(batchId))

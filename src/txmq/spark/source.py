@@ -1,18 +1,23 @@
 """The ``txmq`` PySpark data source (Python Data Source API, pyspark >= 4.2).
 
-Reading (batch and streaming) pulls committed messages by queue offset over the broker's
-PullMessage RPC: one input partition per queue offset range, offsets as JSON ``{"queue": n}``,
-so a micro-batch's range is deterministic and a restart from a checkpoint re-reads exactly it.
-Writing is transactional: tasks send half messages; the driver's commit records the batch in
-the sink ledger and then commits them; abort rolls them back; a batch already in the ledger is
-rolled back instead (replays never duplicate). See txmq.txn.ledger for check-back.
+Owns: ``TxmqDataSource`` (short name "txmq"; registered through the ``pyspark.datasource``
+entry point or ``spark.dataSource.register(TxmqDataSource)``), the batch reader and the
+streaming reader. The sink lives in txmq.spark.sink.
+
+Reads return only committed messages: they pull a topic's consume queues by queue offset with
+PullMessage, and half or rolled-back messages never enter a consume queue. One input partition
+reads one queue's offset range. Offsets are JSON dicts ``{"<queue>": next offset}``; Spark writes
+each micro-batch's end offsets to its checkpoint before running it, and ``partitions(start,
+end)`` is a pure function of them, so a batch re-run after a crash reads exactly the same
+messages, and a file sink with a checkpoint gets exactly-once output.
+
+Must not: keep a connection on a reader (Spark pickles readers and partitions to executors; each
+``read`` opens its own), or read past the end offsets it was given.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,261 +29,273 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
-
-from txmq.errors import BadRequestError
-from txmq.spark.client import Broker
-
-SCHEMA = (
-    "topic string, queue_id int, queue_offset long, message_id string, keys array<string>, "
-    "tag string, properties map<string,string>, body binary, born_timestamp timestamp, "
-    "store_timestamp timestamp"
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("message_id", pa.string()),
-        ("keys", pa.list_(pa.string())),
-        ("tag", pa.string()),
-        ("properties", pa.map_(pa.string(), pa.string())),
-        ("body", pa.binary()),
-        ("born_timestamp", pa.timestamp("us", tz="UTC")),
-        ("store_timestamp", pa.timestamp("us", tz="UTC")),
-    ]
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
-
-class TxmqOptionError(BadRequestError):
-    """A missing or malformed option of the txmq data source."""
-
-
-def _lower(options: Any) -> dict[str, str]:
-    """Spark passes options case-insensitively (often lower-cased): normalise to lower case."""
-    return {str(k).lower(): str(v) for k, v in dict(options).items()}
-
-
-def _require(options: dict[str, str], key: str) -> str:
-    value = options.get(key)
-    if not value:
-        raise TxmqOptionError(f"option {key!r} is required for format('txmq')")
-    return value
-
-
-def _int_option(options: dict[str, str], key: str, default: int | None) -> int | None:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise TxmqOptionError(f"option {key!r} must be an integer, got {raw!r}") from exc
-    if value <= 0:
-        raise TxmqOptionError(f"option {key!r} must be positive, got {value}")
-    return value
-
-
-@contextmanager
-def _connect(endpoints: str) -> Iterator[Broker]:
-    broker = Broker(endpoints)
-    try:
-        yield broker
-    finally:
-        broker.close()
+from txmq.errors import IllegalOffsetError, invariant
+from txmq.spark import options as opt
+from txmq.spark.arrow import SCHEMA_DDL, to_batches
+from txmq.spark.client import BrokerClient
+from txmq.spark.options import EARLIEST, LATEST, DataLossError, TxmqOptionError
 
 
 @dataclass(frozen=True)
-class QueueRange(InputPartition):
+class TxmqPartition(InputPartition):
+    """One queue's offset range; everything ``read`` needs, since it runs on an executor."""
+
     endpoints: str
     topic: str
     queue_id: int
     start: int
     end: int
+    fail_on_data_loss: bool = True
 
 
-def _resolve(broker: Broker, topic: str, spec: str, queues: int, default: str) -> dict[str, int]:
-    spec = spec or default
-    if spec in ("earliest", "latest"):
-        return {str(q): broker.query_offset(topic, q, spec) for q in range(queues)}
-    try:
-        raw = json.loads(spec)
-        out = {
-            str(q): int(raw[str(q)]) if str(q) in raw else broker.query_offset(topic, q, "earliest")
-            for q in range(queues)
-        }
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise TxmqOptionError(
-            f"offsets must be 'earliest', 'latest' or JSON like {{\"0\": 12}}, got {spec!r}"
-        ) from exc
-    return out
+# Times one partition may find its next offset deleted by retention and skip ahead.
+DATA_LOSS_SKIPS_MAX = 3
 
 
-def read_partition(p: QueueRange) -> Iterator[pa.RecordBatch]:
-    """Runs in executor tasks: everything needed is in the partition object."""
-    broker = Broker(p.endpoints)
-    try:
-        rows: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-        for m in broker.read_range(p.topic, p.queue_id, p.start, p.end):
-            sp = m.system_properties
-            rows["topic"].append(m.topic.name)
-            rows["queue_id"].append(p.queue_id)
-            rows["queue_offset"].append(sp.queue_offset)
-            rows["message_id"].append(sp.message_id)
-            rows["keys"].append(list(sp.keys))
-            rows["tag"].append(sp.tag)
-            rows["properties"].append(list(m.user_properties.items()))
-            rows["body"].append(bytes(m.body))
-            rows["born_timestamp"].append(
-                sp.born_timestamp.seconds * 1_000_000 + sp.born_timestamp.nanos // 1000
+def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
+    """The committed messages ``p.start <= queue_offset < p.end`` of one queue as Arrow."""
+    with BrokerClient(p.endpoints) as broker:
+        yield from to_batches(_committed(broker, p))
+
+
+def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Any]:
+    offset = p.start
+    for _ in range(DATA_LOSS_SKIPS_MAX + 1):
+        try:
+            for m in broker.read_range(p.topic, p.queue_id, offset, p.end):
+                offset = int(m.system_properties.queue_offset) + 1
+                yield m
+            return
+        except IllegalOffsetError as exc:
+            if p.fail_on_data_loss:
+                raise DataLossError(p.topic, p.queue_id, offset, str(exc)) from exc
+            # failOnDataLoss=false: skip what retention deleted, read the rest of the range.
+            earliest = broker.query_offset(p.topic, p.queue_id, "earliest")
+            if earliest <= offset:
+                raise DataLossError(p.topic, p.queue_id, offset, str(exc)) from exc
+            offset = min(earliest, p.end)
+    raise DataLossError(p.topic, p.queue_id, offset, "retention keeps deleting ahead of the read")
+
+
+@dataclass(frozen=True)
+class Source:
+    """The parsed read options, shared by the batch and the streaming reader."""
+
+    endpoints: str
+    topic: str
+    queues: int
+    fail_on_data_loss: bool
+
+    @classmethod
+    def open(cls, options: Mapping[str, str], schema: StructType | None) -> Source:
+        opts = opt.lower_keys(options)
+        opt.check_known(opts, opt.SOURCE_OPTIONS, "source")
+        if schema is not None and schema.simpleString() != _schema().simpleString():
+            raise TxmqOptionError(
+                f"format('txmq') has a fixed schema ({SCHEMA_DDL}); do not set another"
             )
-            rows["store_timestamp"].append(
-                sp.store_timestamp.seconds * 1_000_000 + sp.store_timestamp.nanos // 1000
+        endpoints, topic = opt.endpoints(opts), opt.require(opts, "topic")
+        with BrokerClient(endpoints) as broker:
+            queues = broker.queue_count(topic)
+        return cls(endpoints, topic, queues, opt.boolean(opts, "failondataloss", True))
+
+    def resolve(self, broker: BrokerClient, values: list[int]) -> list[int]:
+        """Replace EARLIEST/LATEST markers by the queues' current offsets."""
+        out = []
+        for q, v in enumerate(values):
+            if v == EARLIEST:
+                v = broker.query_offset(self.topic, q, "earliest")
+            elif v == LATEST:
+                v = broker.query_offset(self.topic, q, "latest")
+            out.append(v)
+        return out
+
+    def partitions(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[TxmqPartition]:
+        return [
+            TxmqPartition(
+                self.endpoints, self.topic, r.queue_id, r.start, r.end, self.fail_on_data_loss
             )
-            if len(rows["topic"]) >= 4096:
-                yield pa.RecordBatch.from_pydict(rows, schema=ARROW_SCHEMA)
-                rows = {name: [] for name in ARROW_SCHEMA.names}
-        if rows["topic"]:
-            yield pa.RecordBatch.from_pydict(rows, schema=ARROW_SCHEMA)
-    finally:
-        broker.close()
+            for r in opt.ranges(start, end)
+        ]
+
+
+def _schema() -> StructType:
+    """SCHEMA_DDL as a StructType, built without a SparkContext (readers run in workers)."""
+    return StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("queue_id", IntegerType()),
+            StructField("queue_offset", LongType()),
+            StructField("message_id", StringType()),
+            StructField("keys", ArrayType(StringType())),
+            StructField("tag", StringType()),
+            StructField("properties", MapType(StringType(), StringType())),
+            StructField("body", BinaryType()),
+            StructField("born_timestamp", TimestampType()),
+            StructField("store_timestamp", TimestampType()),
+        ]
+    )
 
 
 class TxmqBatchReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.endpoints = _require(options, "endpoints")
-        self.topic = _require(options, "topic")
-        broker = Broker(self.endpoints)
-        try:
-            queues = broker.queue_count(self.topic)
-            if "startingtimestamp" in options or "endingtimestamp" in options:
-                start_ts = _int_option(options, "startingtimestamp", 1) or 1
-                self.start = {
-                    str(q): broker.query_offset(self.topic, q, "timestamp", start_ts)
-                    for q in range(queues)
-                }
-                end_ts = _int_option(options, "endingtimestamp", None)
-                self.end = (
-                    _resolve(broker, self.topic, "latest", queues, "latest")
-                    if end_ts is None
-                    else {
-                        str(q): broker.query_offset(self.topic, q, "timestamp", end_ts)
-                        for q in range(queues)
-                    }
-                )
+    """``spark.read.format("txmq")``: one offset range per queue, fixed when the read is planned.
+
+    Range by offsets (``startingOffsets`` default earliest, ``endingOffsets`` default latest)
+    or by store time (``startingTimestamp``/``endingTimestamp`` in ms since the epoch: from the
+    first message stored at or after the start to the first stored at or after the end).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        self.source = Source.open(options, schema)
+        opts = opt.lower_keys(options)
+        by_time = "startingtimestamp" in opts or "endingtimestamp" in opts
+        if by_time and ("startingoffsets" in opts or "endingoffsets" in opts):
+            raise TxmqOptionError("set offsets or timestamps for a txmq read, not both")
+        src, n = self.source, self.source.queues
+        with BrokerClient(src.endpoints) as broker:
+            if by_time:
+                start = self._at(broker, opt.positive_int(opts, "startingtimestamp"), EARLIEST)
+                end = self._at(broker, opt.positive_int(opts, "endingtimestamp"), LATEST)
             else:
-                self.start = _resolve(
-                    broker, self.topic, options.get("startingoffsets", ""), queues, "earliest"
+                raw_start = opts.get("startingoffsets", "earliest")
+                raw_end = opts.get("endingoffsets", "latest")
+                start = src.resolve(broker, opt.parse_spec(raw_start, "startingOffsets", n, -2))
+                end = src.resolve(broker, opt.parse_spec(raw_end, "endingOffsets", n, -1))
+            latest = src.resolve(broker, [LATEST] * n)
+        for q in range(n):
+            if not start[q] <= end[q] <= latest[q]:
+                raise TxmqOptionError(
+                    f"queue {q} of topic {src.topic!r}: the range [{start[q]}, {end[q]}) must "
+                    f"lie within the queue, which ends at {latest[q]}"
                 )
-                self.end = _resolve(
-                    broker, self.topic, options.get("endingoffsets", ""), queues, "latest"
-                )
-        finally:
-            broker.close()
+        self.start, self.end = dict(enumerate(start)), dict(enumerate(end))
+
+    def _at(self, broker: BrokerClient, timestamp_ms: int | None, default: int) -> list[int]:
+        src = self.source
+        if timestamp_ms is None:
+            return src.resolve(broker, [default] * src.queues)
+        return broker.offsets(src.topic, src.queues, "timestamp", timestamp_ms=timestamp_ms)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [
-            QueueRange(self.endpoints, self.topic, int(q), s, self.end[q])
-            for q, s in self.start.items()
-            if self.end[q] > s
-        ]
+        return self.source.partitions(self.start, self.end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        return read_partition(partition)
+        invariant(isinstance(partition, TxmqPartition), "txmq reads only its own partitions")
+        return read_partition(partition)  # type: ignore[arg-type]
 
 
 class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.endpoints = _require(options, "endpoints")
-        self.topic = _require(options, "topic")
-        self.starting = options.get("startingoffsets", "latest")
-        self.max_rows = _int_option(options, "maxrecordspertrigger", None)
-        self.cap: dict[str, int] | None = None
-        # No channel is kept on the reader: Spark pickles it to run read() on executors.
-        with _connect(self.endpoints) as broker:
-            self.queues = broker.queue_count(self.topic)
+    """``spark.readStream.format("txmq")``.
+
+    ``startingOffsets`` (default latest) applies to a new query only; a restarted one resumes
+    from its checkpoint. ``maxRecordsPerTrigger`` bounds a micro-batch (shared fairly between
+    queues). Trigger.AvailableNow reads what exists when the query starts, then stops.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        self.source = Source.open(options, schema)
+        opts = opt.lower_keys(options)
+        if "endingoffsets" in opts or "startingtimestamp" in opts or "endingtimestamp" in opts:
+            raise TxmqOptionError(
+                "endingOffsets and timestamps are for batch reads; a stream starts at "
+                "startingOffsets and never ends"
+            )
+        self.starting = opt.parse_spec(
+            opts.get("startingoffsets", "latest"), "startingOffsets", self.source.queues, -2
+        )
+        self.max_rows = opt.positive_int(opts, "maxrecordspertrigger")
+        self.cap: dict[int, int] | None = None  # the AvailableNow target
+
+    def _latest(self) -> dict[int, int]:
+        if self.cap is not None:
+            return dict(self.cap)
+        src = self.source
+        with BrokerClient(src.endpoints) as broker:
+            return dict(enumerate(src.resolve(broker, [LATEST] * src.queues)))
 
     def initialOffset(self) -> dict[str, int]:
-        with _connect(self.endpoints) as broker:
-            return _resolve(broker, self.topic, self.starting, self.queues, "latest")
+        with BrokerClient(self.source.endpoints) as broker:
+            return opt.as_offsets(self.source.resolve(broker, self.starting))
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # Trigger.AvailableNow: read what exists now, in as many batches as the limit needs,
-        # and nothing that arrives later.
-        with _connect(self.endpoints) as broker:
-            self.cap = _resolve(broker, self.topic, "latest", self.queues, "latest")
+        self.cap = None
+        self.cap = self._latest()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+        if self.max_rows is None:
+            return super().getDefaultReadLimit()
+        return ReadMaxRows(self.max_rows)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        latest = self.cap
-        if latest is None:
-            with _connect(self.endpoints) as broker:
-                latest = _resolve(broker, self.topic, "latest", self.queues, "latest")
-        if not isinstance(limit, ReadMaxRows):
-            return latest
-        budget = int(limit.max_rows)
-        end = dict(start)
-        # Deterministic split of the budget: queue by queue, in queue order.
-        for q in sorted(latest, key=int):
-            take = min(budget, max(0, latest[q] - start.get(q, 0)))
-            end[q] = start.get(q, 0) + take
-            budget -= take
-        return end
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        begin = opt.parse_checkpointed(start)
+        latest = {q: max(v, begin.get(q, 0)) for q, v in self._latest().items()}
+        if isinstance(limit, ReadMaxRows):
+            end = opt.admit(begin, latest, int(limit.max_rows))
+        elif isinstance(limit, ReadMinRows):
+            backlog = sum(v - begin.get(q, 0) for q, v in latest.items())
+            end = latest if backlog >= int(limit.min_rows) else {**latest, **begin}
+        else:  # ReadAllAvailable; byte and file limits do not apply to a message queue
+            end = latest
+        return {str(q): v for q, v in sorted(end.items())}
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        return [
-            QueueRange(self.endpoints, self.topic, int(q), start.get(q, 0), e)
-            for q, e in end.items()
-            if e > start.get(q, 0)
-        ]
+    def reportLatestOffset(self) -> dict[str, int]:
+        return {str(q): v for q, v in sorted(self._latest().items())}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self.source.partitions(opt.parse_checkpointed(start), opt.parse_checkpointed(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        return read_partition(partition)
+        invariant(isinstance(partition, TxmqPartition), "txmq reads only its own partitions")
+        return read_partition(partition)  # type: ignore[arg-type]
 
-    def commit(self, end: dict[str, int]) -> None:
-        return None  # offsets live in Spark's checkpoint; nothing to release on the broker
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the offsets live in Spark's checkpoint, not on the broker."""
 
     def stop(self) -> None:
-        return None
+        """No connection outlives a call."""
 
 
 class TxmqDataSource(DataSource):
-    """``spark.read/readStream/write/writeStream.format("txmq")``."""
+    """``spark.read/readStream/write/writeStream.format("txmq")``. Options: see README."""
 
     @classmethod
     def name(cls) -> str:
         return "txmq"
 
     def schema(self) -> str:
-        return SCHEMA
+        return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TxmqBatchReader(_lower(self.options))
+        return TxmqBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TxmqStreamReader(_lower(self.options))
+        return TxmqStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from txmq.spark.sink import TxmqBatchWriter
+        from txmq.spark.sink import TxmqBatchWriter  # the sink imports this module
 
-        return TxmqBatchWriter(_lower(self.options), schema)
+        return TxmqBatchWriter(self.options, schema, overwrite=overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from txmq.spark.sink import TxmqStreamWriter
 
-        return TxmqStreamWriter(_lower(self.options), schema)
-
-
-__all__ = ["TxmqDataSource", "WriterCommitMessage"]
+        return TxmqStreamWriter(self.options, schema, overwrite=overwrite)

@@ -1,43 +1,169 @@
-"""The Spark sink's ledger resolver: decides the sink's orphaned half messages on check-back.
+"""The Spark sink's ledger: its record format and the server-side resolver for its half messages.
 
-The sink tags each half message with its sink id and batch id, and the driver appends one ledger
-record per committed batch (key ``<sink id>:<batch id>``, body a JSON list of the transaction
-ids it commits) BEFORE ending the transactions. So when a driver dies between the two, the
-ledger says what the outcome must be: listed -> COMMITTED; batch recorded without it ->
-ROLLED_BACK (a replay or a failed attempt); no record yet -> unknown, check again later (and
-after the maximum number of checks the broker rolls it back). Pure: lookup is injected.
+Owns: the ledger topic name, the properties the sink puts on each half message, the ledger
+record's key and body (``LedgerEntry``), and ``SinkLedger``, the resolver the transaction
+coordinator consults on check-back. Pure: the lookup of ledger records is injected; no I/O, no
+clock, no gRPC. The sink (txmq.spark.sink) writes what this module reads, so both import it.
+Must not: decide anything the ledger does not say.
+
+Theory of operation. Each Spark task sends its rows as half messages tagged with (query,
+batch, partition, attempt) and reports their transaction ids. The driver's commit first appends
+ONE ledger record for the batch (a normal message to LEDGER_TOPIC, key ``<query>:<batch>``, body
+the transaction ids it commits), and only then commits each transaction. The ledger record is
+therefore the batch's decision, made durable in one append:
+
+- a half whose batch is in the ledger and whose id is listed -> COMMITTED (the driver died
+  between the ledger record and its EndTransaction calls);
+- a half whose batch is in the ledger but whose id is not listed -> ROLLED_BACK (a failed task
+  attempt, or a replay of an already committed batch);
+- no ledger record for its batch yet -> None: the batch may still commit; the coordinator asks
+  again later and rolls back after its maximum number of checks.
+
+A replayed batch (Spark re-runs the last batch when the driver died after the sink committed but
+before Spark's own commit record) finds its key in the ledger, so the driver rolls back the new
+copies instead of committing them: no duplicates.
+
+Registering (the broker does this in broker/parts.py)::
+
+    Transactions(store, ..., resolvers=[SinkLedger(store.find_by_key)])
+
+``SinkLedger`` is a claiming resolver (``claims``/``resolve``): the coordinator checks the halves
+it claims on schedule without any live producer, which a dead Spark driver never is.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
 
+from txmq import limits
+from txmq.errors import BadRequestError
 from txmq.model import PROP_TRANSACTION_ID, Outcome, Record
 
-LEDGER_TOPIC = "txmq-spark-sink-ledger"
-PROP_SINK_ID = "SPARK_SINK_ID"
-PROP_SINK_BATCH = "SPARK_SINK_BATCH"
+# A user topic, not a system one: the sink appends to it with an ordinary SendMessage, which
+# refuses system topics (names starting with '%', 'RMQ_SYS_', ...).
+LEDGER_TOPIC: Final = "txmq-spark-sink-ledger"
+
+# Properties on every half message the sink sends (user properties, so consumers of the output
+# topic can trace a row to its query and batch).
+PROP_SINK_QUERY: Final = "SPARK_SINK_QUERY"
+PROP_SINK_BATCH: Final = "SPARK_SINK_BATCH"
+PROP_SINK_PARTITION: Final = "SPARK_SINK_PARTITION"
+PROP_SINK_ATTEMPT: Final = "SPARK_SINK_ATTEMPT"
+# Older name of PROP_SINK_QUERY, kept so nothing importing it breaks.
+PROP_SINK_ID: Final = PROP_SINK_QUERY
+
+# Ledger records per key read back; one is normal, more only if a commit was retried.
+LEDGER_RECORDS_PER_KEY_MAX: Final = 8
+assert LEDGER_RECORDS_PER_KEY_MAX <= limits.FIND_BY_KEY_RESULTS_MAX
+
+Lookup = Callable[[str, str, int], Sequence[Record]]
 
 
-def ledger_key(sink_id: str, batch_id: str) -> str:
-    return f"{sink_id}:{batch_id}"
+class LedgerFormatError(BadRequestError):
+    """A ledger record's body is not a ledger entry (written by something else)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"ledger record {key!r} is malformed: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def ledger_key(query: str, batch: str) -> str:
+    """The ledger record's key for one batch of one query (a message key, so <= 255 chars)."""
+    key = f"{query}:{batch}"
+    if not query or not batch or len(key) > limits.KEY_LENGTH_MAX or key.strip() != key:
+        raise BadRequestError(
+            f"sink query id {query!r} and batch id {batch!r} must be non-blank and together "
+            f"at most {limits.KEY_LENGTH_MAX - 1} characters"
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One batch's decision: the transactions it commits, and which task attempts sent them."""
+
+    query: str
+    batch: str
+    committed: frozenset[str]
+    tasks: tuple[tuple[int, int], ...] = ()  # (partition, attempt) whose halves are committed
+
+    @property
+    def key(self) -> str:
+        return ledger_key(self.query, self.batch)
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "query": self.query,
+                "batch": self.batch,
+                "committed": sorted(self.committed),
+                "tasks": [list(t) for t in sorted(self.tasks)],
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, key: str, body: bytes | str) -> LedgerEntry:
+        """Parse a ledger body. Raises LedgerFormatError, never guesses."""
+        try:
+            raw = json.loads(body)
+            query, batch = str(raw["query"]), str(raw["batch"])
+            committed = frozenset(str(t) for t in raw["committed"])
+            tasks = tuple((int(p), int(a)) for p, a in raw.get("tasks", []))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise LedgerFormatError(key, repr(exc)) from exc
+        if ledger_key(query, batch) != key:
+            raise LedgerFormatError(key, f"its body names batch {query}:{batch}")
+        return cls(query, batch, committed, tasks)
+
+
+def sink_batch(half: Record) -> tuple[str, str] | None:
+    """(query, batch) of a half message the sink sent, or None for any other half."""
+    query = half.properties.get(PROP_SINK_QUERY)
+    batch = half.properties.get(PROP_SINK_BATCH)
+    if not query or not batch:
+        return None
+    return query, batch
+
+
+def decide(half: Record, entries: Sequence[LedgerEntry]) -> Outcome | None:
+    """The outcome the ledger entries of the half's batch dictate (None: not recorded yet)."""
+    if not entries:
+        return None
+    tid = half.properties.get(PROP_TRANSACTION_ID, "")
+    if any(tid in e.committed for e in entries):
+        return Outcome.COMMITTED
+    return Outcome.ROLLED_BACK
 
 
 class SinkLedger:
-    def __init__(self, lookup: Callable[[str, str, int], list[Record]]) -> None:
-        self.lookup = lookup  # (topic, key, max) -> records, e.g. Store.find_by_key
+    """Claiming resolver for the Spark sink's half messages (see the module docstring).
+
+    Args:
+        lookup: ``(topic, key, max_count) -> records`` with that key, e.g. ``Store.find_by_key``.
+    """
+
+    def __init__(self, lookup: Lookup) -> None:
+        self.lookup = lookup
 
     def claims(self, half: Record) -> bool:
-        return PROP_SINK_ID in half.properties and PROP_SINK_BATCH in half.properties
+        return sink_batch(half) is not None
+
+    def entries(self, query: str, batch: str) -> list[LedgerEntry]:
+        key = ledger_key(query, batch)
+        records = self.lookup(LEDGER_TOPIC, key, LEDGER_RECORDS_PER_KEY_MAX)
+        return [LedgerEntry.decode(key, r.body) for r in records if key in r.keys]
 
     def resolve(self, half: Record) -> Outcome | None:
-        key = ledger_key(half.properties[PROP_SINK_ID], half.properties[PROP_SINK_BATCH])
-        entries = self.lookup(LEDGER_TOPIC, key, 8)
-        if not entries:
+        found = sink_batch(half)
+        if found is None:
             return None
-        tid = half.properties.get(PROP_TRANSACTION_ID, "")
-        committed: set[str] = set()
-        for rec in entries:
-            committed.update(str(t) for t in json.loads(rec.body))
-        return Outcome.COMMITTED if tid in committed else Outcome.ROLLED_BACK
+        return decide(half, self.entries(*found))
+
+    def __call__(self, half: Record) -> Outcome | None:
+        """Plain-resolver form, for a coordinator that takes callables only."""
+        return self.resolve(half)
