@@ -23,6 +23,12 @@ from ._base import Absent, Running, terminate
 
 TITLE = "txmq"
 SHARED_CLIENT = os.environ.get("TXMQ_BENCH_CLIENT", "shared") == "shared"
+# Diagnostic knob only (how much of the cost is fsync): the comparison runs with "sync".
+FLUSH_MODE = os.environ.get("TXMQ_BENCH_FLUSH_MODE", "sync")
+DURABILITY = {
+    "sync": "flush-mode sync: half message and commit each fsynced before the reply (group commit)",
+    "async": "flush-mode async: DIAGNOSTIC ONLY, acks before fsync (not comparable)",
+}
 _clients: dict[tuple[str, str], list[Any]] = {}  # (endpoint, topic) -> [producer, users]
 _lock = threading.Lock()
 
@@ -41,7 +47,7 @@ def start(work: Path) -> Running:
         "--port",
         "0",
         "--flush-mode",
-        "sync",
+        FLUSH_MODE,
     ]
     with open(work / "broker.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
@@ -62,8 +68,7 @@ def start(work: Path) -> Running:
         pid=proc.pid,
         version=f"txmq {version('txmq')}, rocketmq-python-client "
         f"{version('rocketmq-python-client')}",
-        durability="flush-mode sync: half message and commit each fsynced before the reply"
-        " (group commit)",
+        durability=DURABILITY[FLUSH_MODE],
         stop=stop,
         notes=[
             "one client per producer process shared by its threads"
