@@ -53,7 +53,7 @@ def fsync_floor(directory: Path, seconds: float, size: int = 1024) -> dict[str, 
     """One writer, write + fdatasync of ``size`` bytes in a loop: the disk's own bound."""
     path = directory / "floor"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    data, lat = b"x" * size, []
+    data, lat = b"x" * size, list[float]()
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end and len(lat) < 1_000_000:
@@ -124,16 +124,21 @@ def run_peer(
     print(f"  {key}: {running.version}; {running.durability}", flush=True)
     try:
         for n in counts:
-            res = run_phase(
-                mod_name,
-                running.endpoint,
-                running.pid,
-                f"bench_{key}_p{n}",
-                n,
-                args.procs,
-                args.seconds,
-                args.messages,
-            )
+            try:
+                res = run_phase(
+                    mod_name,
+                    running.endpoint,
+                    running.pid,
+                    f"bench_{key}_p{n}",
+                    n,
+                    args.procs,
+                    args.seconds,
+                    args.messages,
+                )
+            except Exception as e:  # reported in the results; the other systems still run
+                entry.setdefault("failures", []).append(f"{n} producers: {type(e).__name__}: {e}")
+                print(f"    {key} {n} producers FAILED: {type(e).__name__}: {e}", flush=True)
+                continue
             entry["phases"].append(dataclasses.asdict(res))
             _progress(key, res)
     finally:
@@ -163,6 +168,10 @@ def run_rounds(
             got = run_peer(key, mod_name, counts, top / f"{key}-{r}", args)
             entry = entries.setdefault(key, {**got, "phases": [], "rounds": []})
             entry["rounds"].append(got["phases"])
+            if got.get("failures"):
+                entry.setdefault("failures", []).extend(
+                    f"round {r + 1}, {f}" for f in got["failures"]
+                )
     for entry in entries.values():
         entry["phases"] = _medians(entry["rounds"])
     return [entries[k] for k, _, _ in peers if k in entries], floors

@@ -146,6 +146,9 @@ def table(report: dict[str, Any]) -> None:
             console.print(
                 f"{s['title']} ({s['version']}): {s['durability']}; " + "; ".join(s["notes"])
             )
+    for s in report["systems"]:
+        for failure in s.get("failures", []):
+            console.print(f"[red]{s['title']} FAILED: {failure}[/red]")
     for g in report["goals"]:
         colour = {True: "green", False: "red", None: "yellow"}[g["met"]]
         console.print(f"[{colour}]{_verdict(g)}[/{colour}]")
@@ -179,6 +182,9 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"- {s['title']} ({s['version']}): {s['durability']}; " + "; ".join(s["notes"])
             )
+    lines += [
+        f"- {s['title']} FAILED: {f}" for s in report["systems"] for f in s.get("failures", [])
+    ]
     lines += ["", "Goals:", "", *[f"- {_verdict(g)}" for g in report["goals"]], ""]
     return "\n".join(lines)
 

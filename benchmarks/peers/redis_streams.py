@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -98,7 +99,8 @@ def consume(
     c = _client(endpoint)
     ready()
     while not stop():
-        reply = c.xreadgroup(GROUP, "c1", {name: ">"}, count=100, block=100)
+        # redis-py types replies loosely: a list of [stream, [(id, {field: value})]].
+        reply: Any = c.xreadgroup(GROUP, "c1", {name: ">"}, count=100, block=100)
         for _stream, entries in reply or []:
             if entries:
                 c.xack(name, GROUP, *[eid for eid, _ in entries])
