@@ -69,6 +69,7 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
     broker.stop()
     report = json.loads(ok("store", "verify", "--json", "--data-dir", str(broker.data_dir)))
     assert report["records"] > 0 and report["problems"] == ""
+    assert report["state"] == "closed cleanly"
     broker.start()
 
 

@@ -172,7 +172,7 @@ def _consume_options(fn: Any) -> Any:
     return fn
 
 
-@click.command()
+@click.command(short_help="Receive and ack up to N messages.")
 @_consume_options
 @click.option("--max", "max_messages", default=10, show_default=True, type=click.IntRange(1))
 @click.option("--wait-s", default=5, show_default=True, type=click.IntRange(1, 3600))
@@ -187,7 +187,7 @@ def consume(
     _consume(topic, group, expr, max_messages, wait_s, endpoints, follow=False)
 
 
-@click.command()
+@click.command(short_help="Follow a topic until Ctrl-C.")
 @_consume_options
 @click.option("--max", "max_messages", default=2**31, type=click.IntRange(1), help="Stop after N.")
 def tail(topic: str, group: str, expr: str, max_messages: int, endpoints: str) -> None:

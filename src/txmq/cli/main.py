@@ -118,7 +118,11 @@ def cli() -> None:
     """
 
 
-@cli.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@cli.command(
+    cls=OneLineErrors,
+    short_help="Start a broker.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Where the broker keeps data.")
 @click.option("--port", type=int, help="Port to listen on; 0 picks a free one.  [default: 8081]")
 @click.option("--host", help="Address to bind.  [default: 127.0.0.1]")

@@ -68,6 +68,12 @@ def verify(data_dir: Path) -> dict[str, Any]:
         problems.append(f"{len(missing)} message ids missing from the index, e.g. {missing[0]}")
     log.close()
     return {
+        # The store writes "abort" while open and removes it on a clean close.
+        "state": (
+            "open or crashed (abort marker present): stop the broker for an exact check"
+            if (store_dir / "abort").exists()
+            else "closed cleanly"
+        ),
         "records": records,
         "queue entries": entries,
         "message ids": len(ids),
