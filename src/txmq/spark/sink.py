@@ -126,10 +126,10 @@ def check_schema(schema: StructType) -> None:
 
 
 def _rows(rb: pa.RecordBatch) -> Iterator[dict[str, Any]]:
-    names = set(rb.schema.names)
-    cols = {n: rb.column(n).to_pylist() for n in ("body", "keys", "tag", "topic", "properties")}
+    wanted = ("body", "keys", "tag", "topic", "properties")
+    cols = {n: rb.column(n).to_pylist() for n in wanted if n in rb.schema.names}
     for i in range(rb.num_rows):
-        yield {n: cols[n][i] if n in names else None for n in cols}
+        yield {n: cols[n][i] if n in cols else None for n in wanted}
 
 
 class _Sink:
@@ -267,8 +267,11 @@ def _decide(
 
 
 def _failpoint(name: str, batch: str) -> None:
+    """Kill the driver's whole session, the way a crashed machine ends it. Spark's Python
+    worker daemon moves its workers to a process group of their own, so the session id (the
+    test's child driver, started with start_new_session) names the driver's group."""
     if os.environ.get(FAILPOINT_ENV) == f"{name}:{batch}":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.killpg(os.getsid(0), signal.SIGKILL)
 
 
 def _task_property(name: str) -> str:

@@ -1,0 +1,133 @@
+"""Pure parts of the Spark connector, without Spark or a broker process: option parsing, the
+admission-control split, the Java version probe, and the sink ledger resolver over a real store.
+
+Goal: the offset arithmetic is deterministic and fair; the resolver commits exactly what the
+ledger lists, rolls back the rest of a recorded batch, and waits for an unrecorded one. Method:
+table cases, a seeded random check of ``admit`` invariants, and a real ``Store`` in tmp_path
+holding ledger records for ``SinkLedger(store.find_by_key)``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SMALL, Clock
+from txmq.model import PROP_TRANSACTION_ID, Outcome, Record, RecordDraft, TxnFlag
+from txmq.spark import options as opt
+from txmq.spark.options import TxmqOptionError
+from txmq.spark.session import java_major
+from txmq.store.store import Store
+from txmq.txn.ledger import (
+    LEDGER_TOPIC,
+    PROP_SINK_BATCH,
+    PROP_SINK_QUERY,
+    LedgerEntry,
+    LedgerFormatError,
+    SinkLedger,
+)
+
+
+def test_parse_spec() -> None:
+    assert opt.parse_spec("earliest", "s", 2, -2) == [-2, -2]
+    assert opt.parse_spec("latest", "s", 2, -2) == [-1, -1]
+    assert opt.parse_spec('{"1": 7}', "s", 3, -1) == [-1, 7, -1]
+    for bad in ("{bad", "[1]", '{"x": 1}', '{"0": -3}', '{"0": true}', '{"5": 1}'):
+        with pytest.raises(TxmqOptionError):
+            opt.parse_spec(bad, "startingOffsets", 3, -2)
+
+
+def test_options() -> None:
+    assert opt.lower_keys({"startingOffsets": "x"}) == {"startingoffsets": "x"}
+    with pytest.raises(TxmqOptionError, match="unknown option"):
+        opt.check_known({"typo": "1"}, opt.SOURCE_OPTIONS, "source")
+    opt.check_known({"path": "p", "topic": "t"}, opt.SOURCE_OPTIONS, "source")
+    assert opt.positive_int({"n": "5"}, "n") == 5
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(TxmqOptionError):
+            opt.positive_int({"n": bad}, "n")
+    assert opt.boolean({}, "b", True) is True
+    with pytest.raises(TxmqOptionError):
+        opt.boolean({"b": "yes"}, "b", True)
+    with pytest.raises(TxmqOptionError):
+        opt.parse_checkpointed({"0": -1})
+
+
+def test_ranges_are_deterministic_and_skip_empty_queues() -> None:
+    got = opt.ranges({0: 5, 1: 3, 2: 9}, {2: 9, 0: 8, 1: 4})
+    assert got == [opt.QueueRange(0, 5, 8), opt.QueueRange(1, 3, 4)]
+
+
+def test_admit_shares_the_budget_fairly() -> None:
+    assert opt.admit({0: 0, 1: 0}, {0: 100, 1: 100}, 10) == {0: 5, 1: 5}
+    assert opt.admit({0: 0, 1: 0}, {0: 2, 1: 100}, 10) == {0: 2, 1: 8}
+    assert opt.admit({0: 4}, {0: 4, 1: 3}, 10) == {0: 4, 1: 3}  # a new queue starts at 0
+
+
+def test_admit_invariants_random(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(500):
+        queues = rng.randint(1, 8)
+        start = {q: rng.randint(0, 50) for q in range(queues)}
+        latest = {q: start[q] + rng.choice([0, 0, rng.randint(0, 60)]) for q in range(queues)}
+        budget = rng.randint(1, 200)
+        end = opt.admit(start, latest, budget)
+        taken = sum(end[q] - start[q] for q in range(queues))
+        backlog = sum(latest[q] - start[q] for q in range(queues))
+        assert all(start[q] <= end[q] <= latest[q] for q in range(queues))
+        assert taken == min(budget, backlog)
+        assert end == opt.admit(start, latest, budget)
+
+
+def test_java_major() -> None:
+    assert java_major('openjdk version "17.0.15" 2025-04-15') == 17
+    assert java_major('java version "1.8.0_412"') == 8
+    assert java_major("nonsense") == 0
+
+
+def _half(tid: str, query: str = "q", batch: str = "7") -> Record:
+    props = {PROP_TRANSACTION_ID: tid, PROP_SINK_QUERY: query, PROP_SINK_BATCH: batch}
+    return Record(
+        topic="RMQ_SYS_TRANS_HALF_TOPIC",
+        queue_id=0,
+        queue_offset=-1,
+        physical_offset=0,
+        size=1,
+        flag=TxnFlag.PREPARED,
+        store_timestamp_ms=0,
+        born_timestamp_ms=0,
+        born_host="",
+        reconsume_times=0,
+        prepared_offset=-1,
+        message_id="m",
+        tag="",
+        keys=(),
+        properties=props,
+        body=b"x",
+    )
+
+
+def test_ledger_resolver_over_a_real_store(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "store", SMALL, now_ms=Clock())
+    try:
+        ledger = SinkLedger(store.find_by_key)
+        assert ledger.claims(_half("a")) and not ledger.claims(_half("a", query="")), (
+            "only the sink's halves"
+        )
+        assert ledger.resolve(_half("a")) is None, "no record yet: ask again later"
+        entry = LedgerEntry("q", "7", frozenset({"a", "b"}), ((0, 0), (1, 1)))
+        assert LedgerEntry.decode(entry.key, entry.encode()) == entry
+        store.append(
+            RecordDraft(topic=LEDGER_TOPIC, queue_id=0, body=entry.encode(), keys=(entry.key,))
+        )
+        assert ledger.resolve(_half("a")) is Outcome.COMMITTED
+        assert ledger(_half("b")) is Outcome.COMMITTED
+        assert ledger.resolve(_half("zombie")) is Outcome.ROLLED_BACK, "failed attempt/replay"
+        assert ledger.resolve(_half("a", batch="8")) is None, "another batch"
+        store.append(RecordDraft(topic=LEDGER_TOPIC, queue_id=0, body=b"{", keys=("q:9",)))
+        with pytest.raises(LedgerFormatError):
+            ledger.resolve(_half("a", batch="9"))
+    finally:
+        store.close()
