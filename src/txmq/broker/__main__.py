@@ -13,6 +13,6 @@ from txmq.errors import TxmqError
 
 try:
     broker.main(args=sys.argv[1:], prog_name="python -m txmq.broker", standalone_mode=True)
-except TxmqError as exc:
+except (TxmqError, OSError) as exc:  # e.g. a fenced store, a port in use: one line, exit 1
     print(f"txmq broker: {exc}", file=sys.stderr, flush=True)
     sys.exit(EXIT_FAILED)

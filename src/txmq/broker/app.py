@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -97,6 +98,17 @@ def _bind(server: Any, config: BrokerConfig) -> int:
     return port
 
 
+def advertised_host(config: BrokerConfig) -> str:
+    """The host QueryRoute tells clients to connect to: the configured one, else the bound
+    host, except that a wildcard bind (0.0.0.0, ::) is not an address a client can dial, so it
+    advertises this machine's own address instead."""
+    if config.advertised_host:
+        return config.advertised_host
+    if config.host in ("", "0.0.0.0", "::"):
+        return socket.gethostbyname(socket.gethostname())
+    return config.host
+
+
 async def serve(
     config: BrokerConfig,
     *,
@@ -117,12 +129,15 @@ async def serve(
         options=[
             ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+            # grpc enables SO_REUSEPORT by default, which lets a second broker bind the same
+            # port and silently take half the connections.
+            ("grpc.so_reuseport", 0),
         ]
     )
     consume: ConsumeRpcs | None = None
     try:
         port = _bind(server, config)
-        endpoint = (config.advertised_host or config.host, port)
+        endpoint = (advertised_host(config), port)
         consume = ConsumeRpcs(
             store=parts.store,
             topics=parts.topics,

@@ -5,13 +5,17 @@ client sessions, the send path) and closing them so the store checkpoints last, 
 broker's wall clock. Must not: speak gRPC (server.py), run loops (app.py), or implement any
 part's logic.
 
-Directory layout under ``data_dir``: ``store/`` (commit log, consume queues, index),
-``topics.json``, ``delay.json``, the transaction snapshot and the consumer positions file.
+Directory layout under ``data_dir``: ``broker.lock`` (held while running), ``store/`` (commit
+log, consume queues, index), ``topics.json``, ``delay.json``, the transaction snapshot and the
+consumer positions file.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
+from pathlib import Path
 
 from txmq.broker.clients import Clients
 from txmq.broker.config import BrokerConfig
@@ -20,9 +24,12 @@ from txmq.broker.metrics import Metrics
 from txmq.broker.offsets import ConsumerPositions
 from txmq.broker.produce import SendPath
 from txmq.broker.topics import TopicRegistry
+from txmq.errors import ConfigError
 from txmq.store.store import Store
 from txmq.txn.coordinator import Resolver, Transactions
 from txmq.txn.ledger import SinkLedger
+
+LOCK_FILE = "broker.lock"
 
 
 def wall_ms() -> int:
@@ -30,18 +37,47 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def lock_data_dir(data_dir: Path) -> int:
+    """Take the data directory for this process; returns the lock's file descriptor.
+
+    Two brokers on one directory would interleave appends to one commit log. The lock is an
+    advisory ``flock`` that the kernel drops when the process dies, so a SIGKILLed broker never
+    leaves a stale lock behind.
+
+    Raises:
+        ConfigError: another process holds the directory.
+    """
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"data directory {data_dir} is in use by another broker (pid {holder})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class Parts:
     def __init__(self, config: BrokerConfig, *, resolvers: list[Resolver] | None = None) -> None:
         self.config = config
         d = config.data_dir
         d.mkdir(parents=True, exist_ok=True)
-        self.store = Store.open(d / "store", config.store, now_ms=wall_ms)
+        self._lock_fd = lock_data_dir(d)
+        try:
+            self.store = Store.open(d / "store", config.store, now_ms=wall_ms)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         try:
             self._open_rest(config, resolvers)
         except BaseException:
             # Recovery of a later part failed: still close the store, so its checkpoint and
             # abort marker say what really happened.
-            self.store.close()
+            self._close_store()
             raise
 
     def _open_rest(self, config: BrokerConfig, resolvers: list[Resolver] | None) -> None:
@@ -91,4 +127,11 @@ class Parts:
             self.delay.save()
             self.tx.close()
         finally:
+            self._close_store()
+
+    def _close_store(self) -> None:
+        try:
             self.store.close()
+        finally:
+            # Released only after the checkpoint, so a successor never sees a half-closed store.
+            os.close(self._lock_fd)
