@@ -55,7 +55,8 @@ def start(work: Path) -> Running:
     line = proc.stdout.readline().decode()
     if "listening on" not in line:
         terminate(proc)
-        raise Absent(f"txmq broker did not start: {line.strip() or 'no output'}")
+        tail = (work / "broker.log").read_text(errors="replace").strip()[-300:]
+        raise Absent(f"txmq broker did not start: {line.strip() or 'no output'}; log: {tail}")
     endpoint = line.strip().rsplit(" ", 1)[1]
 
     def stop() -> None:
