@@ -1,8 +1,10 @@
 """The disk interface: every file operation the store performs goes through a ``Disk``.
 
-Owns: ``Disk`` (the protocol), ``OsDisk`` (real files, real fdatasync) and ``FaultyDisk`` (a
-wrapper with seeded faults for tests: failing fsync, torn writes on a simulated crash). The store
-never calls ``open``/``os.*`` on data files directly, so faults can be injected deterministically.
+Owns: ``Disk``/``FileHandle`` (the protocols), ``OsDisk`` (real files, real fdatasync) and
+``FaultyDisk`` (real files with seeded faults: failing fsync, reported usage). The in-memory
+simulated disk that loses unsynced data on a simulated crash is ``store/sim_disk.py``. The store
+never calls ``open``/``os.*`` on data files directly, so faults can be injected
+deterministically. Must not: hold store logic, cache data, or retry a failed fsync.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ class FileHandle(Protocol):
 class Disk(Protocol):
     def open(self, path: Path) -> FileHandle: ...
     def list(self, directory: Path) -> list[str]: ...
+    def makedirs(self, directory: Path) -> None: ...
     def remove(self, path: Path) -> None: ...
+    def rename(self, source: Path, target: Path) -> None: ...
     def exists(self, path: Path) -> bool: ...
     def write_atomic(self, path: Path, data: bytes) -> None: ...
     def read_all(self, path: Path) -> bytes: ...
@@ -34,7 +38,12 @@ class Disk(Protocol):
 
 
 class OsFile:
-    """A real file opened read/write, created if missing."""
+    """A real file opened read/write, created if missing.
+
+    The descriptor is closed by ``close()`` or when the last reference goes: a reader that looked
+    up a segment just before retention removed it keeps a valid descriptor (the unlinked file's
+    data stays readable), instead of reading a descriptor number the OS has reused.
+    """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +71,12 @@ class OsFile:
         return os.fstat(self._fd).st_size
 
     def close(self) -> None:
-        os.close(self._fd)
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class OsDisk:
@@ -76,8 +90,15 @@ class OsDisk:
             return []
         return sorted(os.listdir(directory))
 
+    def makedirs(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+
     def remove(self, path: Path) -> None:
         path.unlink()
+
+    def rename(self, source: Path, target: Path) -> None:
+        os.replace(source, target)
+        sync_directory(target.parent)
 
     def exists(self, path: Path) -> bool:
         return path.exists()
@@ -87,7 +108,9 @@ class OsDisk:
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -117,8 +140,8 @@ def sync_directory(directory: Path) -> None:
 class Faults:
     """Seeded fault plan for ``FaultyDisk``.
 
-    fsync_error_after: the n-th sync call (0-based) raises OSError(EIO), as a failing disk would.
-    used_ratio: reported disk usage, to exercise the watermark.
+    fsync_error_after: the n-th sync call (0-based) and every later one raise OSError(EIO), as
+    a failing disk would. used_ratio: reported disk usage, to exercise the watermark.
     """
 
     seed: int = 0
@@ -129,6 +152,12 @@ class Faults:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+
+    def on_sync(self) -> None:
+        n = self.syncs
+        self.syncs += 1
+        if self.fsync_error_after is not None and n >= self.fsync_error_after:
+            raise OSError(5, "injected fsync failure (EIO)")
 
 
 class FaultyFile:
@@ -143,11 +172,7 @@ class FaultyFile:
         return self._inner.pread(size, offset)
 
     def sync(self) -> None:
-        n = self._faults.syncs
-        self._faults.syncs += 1
-        after = self._faults.fsync_error_after
-        if after is not None and n >= after:
-            raise OSError(5, "injected fsync failure (EIO)")
+        self._faults.on_sync()
         self._inner.sync()
 
     def truncate(self, size: int) -> None:
@@ -174,9 +199,9 @@ class FaultyDisk(OsDisk):
 
 
 def tear_tail(path: Path, *, keep_bytes: int, seed: int) -> None:
-    """Simulate a torn write: keep ``keep_bytes`` and overwrite the rest with seeded garbage
-    up to the original length (what a crash mid-write can leave on disk)."""
+    """Simulate a torn write on a real file: keep ``keep_bytes`` and overwrite the rest with
+    seeded garbage up to the original length (what a crash mid-write can leave on disk)."""
     data = path.read_bytes()
     rng = random.Random(seed)
-    garbage = bytes(rng.getrandbits(8) for _ in range(len(data) - keep_bytes))
+    garbage = rng.randbytes(len(data) - keep_bytes)
     path.write_bytes(data[:keep_bytes] + garbage)

@@ -1,24 +1,34 @@
 """The message index: look up records by message id and by (topic, key).
 
-Owns: an append-only index file (``index/index.bin``) of 16-byte entries (64-bit key hash, commit-
-log offset) and its in-memory map, loaded at open. Why not RocketMQ's hash-slot IndexFile: the
-in-memory map gives the same O(1) lookup, the append-only file is trivially crash-safe
-(truncate entries past the checkpoint, re-dispatch), and loading 16 bytes per entry with
-``struct.iter_unpack`` is fast. Derived data: rebuildable from the commit log. Hash collisions
-are resolved by the caller, which reads each candidate record and compares.
+Owns: an append-only index file (``index/index.bin``) of 16-byte entries (64-bit key hash,
+commit-log offset) and the in-memory hash chains built from it at open.
+
+Why this design and not RocketMQ's hash-slot IndexFile: an on-disk hash table needs a random
+write per key, which Python can only do one syscall at a time; an append-only file is written
+with one pwrite per dispatch batch and is trivially crash-safe (the checkpoint records its
+length; recovery truncates to it and re-dispatches from the log). Lookups stay O(1) + chain
+length through RocketMQ's own trick, kept in memory: ``_heads`` maps a hash to its newest entry
+and ``_prev`` links each entry to the previous entry with the same hash, so a key costs one
+dict slot plus 16 bytes per entry (two ``array('q')`` cells) instead of a Python list per key.
+Derived data: rebuildable from the commit log. Hash collisions are resolved by the caller, which
+reads each candidate record and compares. Must not: read the commit log or lock (the dispatcher
+serialises writers; readers run under the dispatcher's lock).
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
+from array import array
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from txmq.errors import CorruptRecordError
 from txmq.store.disk import Disk
 
 ENTRY = struct.Struct(">QQ")
-# Bound on candidates kept per hash, so one hot key cannot grow a list without limit.
-_CANDIDATES_MAX = 4096
+# Bound on chain steps per lookup, so one hot key cannot make a lookup walk without limit.
+CHAIN_STEPS_MAX = 4096
 
 
 def id_hash(message_id: str) -> int:
@@ -30,11 +40,22 @@ def key_hash(topic: str, key: str) -> int:
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest())
 
 
+def hashes_of(topic: str, message_id: str, keys: Iterable[str]) -> list[int]:
+    out = [key_hash(topic, k) for k in keys]
+    if message_id:
+        out.append(id_hash(message_id))
+    return out
+
+
 class MessageIndex:
     def __init__(self, directory: Path, disk: Disk) -> None:
+        disk.makedirs(directory)
         self.path = directory / "index.bin"
         self.handle = disk.open(self.path)
-        self.map: dict[int, list[int]] = {}
+        self._heads: dict[int, int] = {}
+        self._prev = array("q")
+        self._phys = array("q")
+        self._buf = bytearray()
         size = self.handle.size()
         self.size = size - size % ENTRY.size  # drop a torn trailing entry
         data = self.handle.pread(self.size, 0)
@@ -42,48 +63,60 @@ class MessageIndex:
             self._remember(h, phys)
         self._dirty = False
 
+    @property
+    def entries(self) -> int:
+        """Entries written to the file (buffered ones excluded)."""
+        return self.size // ENTRY.size
+
     def _remember(self, h: int, phys: int) -> None:
-        lst = self.map.setdefault(h, [])
-        lst.append(phys)
-        if len(lst) > _CANDIDATES_MAX:
-            del lst[0]
+        self._prev.append(self._heads.get(h, -1))
+        self._heads[h] = len(self._phys)
+        self._phys.append(phys)
 
     def add(self, hashes: list[int], phys: int) -> None:
-        if not hashes:
-            return
-        self.handle.pwrite(b"".join(ENTRY.pack(h, phys) for h in hashes), self.size)
-        self.size += ENTRY.size * len(hashes)
+        """Buffer entries for one record; ``write_out`` writes them."""
         for h in hashes:
+            self._buf += ENTRY.pack(h, phys)
             self._remember(h, phys)
-        self._dirty = True
 
-    def candidates(self, h: int) -> list[int]:
-        return list(self.map.get(h, ()))
+    def write_out(self) -> None:
+        if self._buf:
+            self.handle.pwrite(bytes(self._buf), self.size)
+            self.size += len(self._buf)
+            self._buf = bytearray()
+            self._dirty = True
 
-    def truncate_from_physical(self, physical_offset: int) -> None:
-        """Drop entries at or past ``physical_offset`` (recovery), keeping the file in order."""
-        data = self.handle.pread(self.size, 0)
-        keep = 0
-        for _h, phys in ENTRY.iter_unpack(data):
-            if phys >= physical_offset:
-                break
-            keep += 1
-        if keep * ENTRY.size == self.size:
+    def candidates(self, h: int, *, floor: int = 0) -> list[int]:
+        """Commit-log offsets indexed under ``h``, newest first, none below ``floor``."""
+        return list(self.iter_candidates(h, floor=floor))
+
+    def iter_candidates(self, h: int, *, floor: int = 0) -> Iterator[int]:
+        i = self._heads.get(h, -1)
+        steps = 0
+        # Chains run newest to oldest, so the first offset below the floor ends the walk.
+        while i >= 0 and steps < CHAIN_STEPS_MAX and self._phys[i] >= floor:
+            yield self._phys[i]
+            i = self._prev[i]
+            steps += 1
+
+    def truncate_to(self, entries: int) -> None:
+        """Keep the first ``entries`` entries (recovery: entries past the checkpoint go).
+
+        Raises:
+            CorruptRecordError: the file holds fewer entries than the checkpoint promised.
+        """
+        if entries > self.entries:
+            raise CorruptRecordError(-1, f"{self.path} is shorter than the checkpoint")
+        if entries == self.entries and len(self._phys) == entries:
             return
-        self.size = keep * ENTRY.size
+        self.size = entries * ENTRY.size
         self.handle.truncate(self.size)
-        self.map.clear()
-        for h, phys in ENTRY.iter_unpack(data[: self.size]):
-            self._remember(h, phys)
-
-    def forget_before(self, physical_offset: int) -> None:
-        """Retention: candidates below the log start can no longer be read."""
-        for h in list(self.map):
-            lst = [p for p in self.map[h] if p >= physical_offset]
-            if lst:
-                self.map[h] = lst
-            else:
-                del self.map[h]
+        self._dirty = True
+        del self._prev[entries:]
+        del self._phys[entries:]
+        self._heads.clear()
+        for i, (h, _phys) in enumerate(ENTRY.iter_unpack(self.handle.pread(self.size, 0))):
+            self._heads[h] = i
 
     def sync(self) -> None:
         if self._dirty:

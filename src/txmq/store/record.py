@@ -1,23 +1,25 @@
-"""Record codec: RecordDraft/Record <-> bytes. Pure: no I/O, no clock.
+"""Record codec: RecordDraft/Record <-> bytes. Pure: no I/O, no clock, no threads.
 
 Owns the commit-log record layout (documented in docs/formats.md). Every record is checked right
-before it is written (``encode`` re-validates what it produced) and right after it is read
-(``decode`` checks size, magic and CRC), TigerStyle's paired assertions.
+before it is written (``place`` re-reads the header it produced) and right after it is read
+(``decode``/``decode_entry`` check size, magic, CRC, the stored physical offset and that the field
+lengths add up), TigerStyle's paired assertions.
 
 Layout, big-endian::
 
     0  total_size   u32   whole record, header included
     4  magic        u32   RECORD_MAGIC, or BLANK_MAGIC for the end-of-segment filler
-    8  crc          u32   crc32c of bytes [12, total_size)
+    8  crc          u32   CRC-32C of bytes [12, total_size)
     12 flag         u8    TxnFlag
-    13 queue_id     u16
-    15 queue_offset i64   -1 for records outside any consume queue (PREPARED, ROLLBACK)
-    23 physical_off i64
-    31 born_ts_ms   i64
-    39 store_ts_ms  i64
-    47 reconsume    u32
-    51 prepared_off i64   -1 unless a COMMIT/ROLLBACK deciding a half record
-    59 topic        u16 length + utf-8
+    13 batch_left   u16   records after this one in the same append_many batch (0 = last)
+    15 queue_id     u16
+    17 queue_offset i64   -1 for records outside any consume queue (PREPARED, ROLLBACK)
+    25 physical_off i64
+    33 born_ts_ms   i64
+    41 store_ts_ms  i64
+    49 reconsume    u32
+    53 prepared_off i64   -1 unless a COMMIT/ROLLBACK deciding a half record
+    61 topic        u16 length + utf-8
        born_host    u16 length + utf-8
        message_id   u16 length + utf-8
        tag          u16 length + utf-8
@@ -32,7 +34,7 @@ import json
 import struct
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NamedTuple
 
 import crc32c
 
@@ -48,16 +50,42 @@ from txmq.errors import (
 )
 from txmq.model import Record, RecordDraft, TxnFlag
 
-RECORD_MAGIC: Final = 0xDAA320A7
+RECORD_MAGIC: Final = 0xDAA320A8
 BLANK_MAGIC: Final = 0xCBD43194
 _HEAD = struct.Struct(">III")  # total_size, magic, crc
-_FIXED = struct.Struct(">BHqqqqIq")  # flag, queue_id, queue_offset, phys, born, store, recon, prep
+# flag, batch_left, queue_id, queue_offset, physical, born, store, reconsume, prepared
+_FIXED = struct.Struct(">BHHqqqqIq")
 HEAD_SIZE: Final = _HEAD.size
 FIXED_END: Final = _HEAD.size + _FIXED.size
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_PHYS_AT: Final = HEAD_SIZE + 1 + 2 + 2 + 8
+_BATCH_AT: Final = HEAD_SIZE + 1
+_STRINGS: Final = 5
 # Smallest well-formed record: fixed header + five empty u16 strings + two empty u32 blocks.
-RECORD_SIZE_MIN: Final = FIXED_END + 5 * 2 + 2 * 4
+RECORD_SIZE_MIN: Final = FIXED_END + _STRINGS * 2 + 2 * 4
+_EMPTY_KEYS: Final = b"[]"
+_FLAGS: Final = tuple(TxnFlag)
+
+
+class Entry(NamedTuple):
+    """What dispatch needs of a record: consume-queue and index fields, no body.
+
+    Produced by the writer (from the draft) and by recovery (``decode_entry``), so both paths
+    feed consume queues and the index the same values.
+    """
+
+    physical_offset: int
+    size: int
+    flag: TxnFlag
+    batch_left: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp_ms: int
+    tag: str
+    message_id: str
+    keys: tuple[str, ...]
 
 
 def validate_draft(draft: RecordDraft, *, body_size_max: int) -> None:
@@ -73,22 +101,26 @@ def validate_draft(draft: RecordDraft, *, body_size_max: int) -> None:
     for key in draft.keys:
         if not key or len(key) > limits.KEY_LENGTH_MAX:
             raise IllegalKeyError(f"each key must be 1..{limits.KEY_LENGTH_MAX} characters")
-    invariant(0 <= draft.queue_id < 65536, "queue id out of range")
+    if not 0 <= draft.queue_id < limits.QUEUES_PER_TOPIC_MAX:
+        raise IllegalTopicError(f"queue id must be 0..{limits.QUEUES_PER_TOPIC_MAX - 1}")
 
 
 def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) -> bytearray:
-    """Encode a draft with its queue offset; the physical offset is filled in by ``place``.
+    """Encode a draft with its queue offset; ``place`` fills in position, size and CRC.
 
     Why two steps: the physical offset is known only once the log has reserved room for a
     record of this size, and the size is known only after encoding.
+
+    Raises:
+        MessagePropertiesTooLargeError: the properties block exceeds PROPERTIES_SIZE_MAX.
     """
-    strings = [
+    strings = (
         draft.topic.encode(),
         draft.born_host.encode()[: limits.BORN_HOST_LENGTH_MAX],
         draft.message_id.encode(),
         draft.tag.encode(),
-        json.dumps(list(draft.keys), separators=(",", ":")).encode(),
-    ]
+        json.dumps(list(draft.keys), separators=(",", ":")).encode() if draft.keys else b"[]",
+    )
     props = json.dumps(dict(draft.properties), separators=(",", ":")).encode()
     if len(props) > limits.PROPERTIES_SIZE_MAX:
         raise MessagePropertiesTooLargeError(len(props), limits.PROPERTIES_SIZE_MAX)
@@ -96,6 +128,7 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
         bytes(_HEAD.size),
         _FIXED.pack(
             int(draft.flag),
+            0,
             draft.queue_id,
             queue_offset,
             -1,
@@ -106,7 +139,7 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
         ),
     ]
     for s in strings:
-        invariant(len(s) < 65536, "string field too long for u16 length")
+        invariant(len(s) < 65536, "string field too long for a u16 length")
         parts.append(_U16.pack(len(s)))
         parts.append(s)
     parts += [_U32.pack(len(props)), props, _U32.pack(len(draft.body)), draft.body]
@@ -115,18 +148,18 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
     return buf
 
 
-_PHYS_AT = HEAD_SIZE + 1 + 2 + 8
-
-
-def place(buf: bytearray, physical_offset: int) -> bytes:
-    """Fill in the physical offset, size, magic and CRC; returns the bytes to write."""
+def place(buf: bytearray, physical_offset: int, *, batch_left: int = 0) -> bytes:
+    """Fill in the physical offset, batch position, size, magic and CRC; return the bytes."""
     invariant(physical_offset >= 0, "negative physical offset")
+    invariant(0 <= batch_left < 65536, "batch too long for a u16 count")
+    struct.pack_into(">H", buf, _BATCH_AT, batch_left)
     struct.pack_into(">q", buf, _PHYS_AT, physical_offset)
     crc = crc32c.crc32c(memoryview(buf)[HEAD_SIZE:])
     _HEAD.pack_into(buf, 0, len(buf), RECORD_MAGIC, crc)
-    # Paired check (write side): the header we produced must parse back to itself.
-    size, magic, _ = _HEAD.unpack_from(buf, 0)
+    # Paired check, write side: what we produced must verify the way a reader verifies it.
+    size, magic, stored = _HEAD.unpack_from(buf, 0)
     invariant(size == len(buf) and magic == RECORD_MAGIC, "record header mismatch")
+    invariant(stored == crc32c.crc32c(memoryview(buf)[HEAD_SIZE:]), "record CRC mismatch")
     return bytes(buf)
 
 
@@ -136,58 +169,108 @@ def blank(size: int) -> bytes:
     return _HEAD.pack(size, BLANK_MAGIC, 0) + bytes(size - HEAD_SIZE)
 
 
-def peek(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+def peek(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Return (total_size, magic) of the record starting at ``pos`` in ``buf``."""
     size, magic, _ = _HEAD.unpack_from(buf, pos)
     return size, magic
 
 
-def decode(buf: bytes | memoryview, physical_offset: int) -> Record:
-    """Decode and verify one record; ``buf`` starts at the record.
-
-    Raises:
-        CorruptRecordError: bad size, magic, CRC or field lengths.
-    """
-    if len(buf) < HEAD_SIZE:
+def _check(buf: bytes | bytearray | memoryview, pos: int, physical_offset: int) -> int:
+    """Verify header, size bound and CRC of the record at ``pos``; return its size."""
+    if len(buf) - pos < HEAD_SIZE:
         raise CorruptRecordError(physical_offset, "truncated header")
-    total, magic, crc = _HEAD.unpack_from(buf, 0)
+    total, magic, crc = _HEAD.unpack_from(buf, pos)
     if magic != RECORD_MAGIC:
         raise CorruptRecordError(physical_offset, f"bad magic {magic:#x}")
-    if not RECORD_SIZE_MIN <= total <= limits.RECORD_SIZE_MAX or total > len(buf):
+    if not RECORD_SIZE_MIN <= total <= limits.RECORD_SIZE_MAX or total > len(buf) - pos:
         raise CorruptRecordError(physical_offset, f"bad size {total}")
-    view = memoryview(buf)[:total]
-    if crc32c.crc32c(view[HEAD_SIZE:]) != crc:
+    if crc32c.crc32c(memoryview(buf)[pos + HEAD_SIZE : pos + total]) != crc:
         raise CorruptRecordError(physical_offset, "CRC mismatch")
+    return int(total)
+
+
+def _strings(view: memoryview, pos: int, end: int, physical_offset: int) -> tuple[list[str], int]:
+    """The five u16-length strings starting at ``pos``, and the position after them."""
+    out: list[str] = []
+    for _ in range(_STRINGS):
+        (n,) = _U16.unpack_from(view, pos)
+        pos += 2
+        if pos + n > end:
+            raise CorruptRecordError(physical_offset, "string field runs past the record")
+        out.append(str(view[pos : pos + n], "utf-8"))
+        pos += n
+    return out, pos
+
+
+def decode_entry(buf: bytes | bytearray | memoryview, pos: int, physical_offset: int) -> Entry:
+    """Verify the record at ``buf[pos:]`` and return its dispatch fields without the body.
+
+    Recovery's fast path: no JSON for properties, no body copy.
+
+    Raises:
+        CorruptRecordError: bad size, magic, CRC, offset or field lengths.
+    """
+    total = _check(buf, pos, physical_offset)
+    view = memoryview(buf)
+    end = pos + total
+    try:
+        flag, batch, qid, qoff, phys, _born, store, _rc, _prep = _FIXED.unpack_from(
+            view, pos + HEAD_SIZE
+        )
+        if phys != physical_offset:
+            raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
+        strings, at = _strings(view, pos + FIXED_END, end, physical_offset)
+        (n,) = _U32.unpack_from(view, at)
+        at += 4 + n
+        (n,) = _U32.unpack_from(view, at)
+        if at + 4 + n != end:
+            raise CorruptRecordError(physical_offset, "field lengths do not add up")
+        raw_keys = strings[4]
+        keys = () if raw_keys == "[]" else _keys(raw_keys, physical_offset)
+        return Entry(
+            phys, total, _FLAGS[flag], batch, strings[0], qid, qoff, store, strings[3],
+            strings[2], keys,
+        )  # fmt: skip
+    except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
+        raise CorruptRecordError(physical_offset, f"bad field: {exc}") from exc
+
+
+def _keys(raw: str, physical_offset: int) -> tuple[str, ...]:
+    keys = json.loads(raw)
+    if not isinstance(keys, list):
+        raise CorruptRecordError(physical_offset, "keys are not a list")
+    return tuple(str(k) for k in keys)
+
+
+def decode(buf: bytes | bytearray | memoryview, physical_offset: int) -> Record:
+    """Decode and verify one whole record; ``buf`` starts at the record.
+
+    Raises:
+        CorruptRecordError: bad size, magic, CRC, offset or field lengths.
+    """
+    total = _check(buf, 0, physical_offset)
+    view = memoryview(buf)[:total]
     try:
         return _decode_fields(view, total, physical_offset)
-    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+    except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
         raise CorruptRecordError(physical_offset, f"bad field: {exc}") from exc
 
 
 def _decode_fields(view: memoryview, total: int, physical_offset: int) -> Record:
-    flag, qid, qoff, phys, born, store, recon, prep = _FIXED.unpack_from(view, HEAD_SIZE)
+    flag, _batch, qid, qoff, phys, born, store, recon, prep = _FIXED.unpack_from(view, HEAD_SIZE)
     if phys != physical_offset:
         raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
-    pos = FIXED_END
-    strings: list[str] = []
-    for _ in range(5):
-        (n,) = _U16.unpack_from(view, pos)
-        pos += 2
-        strings.append(bytes(view[pos : pos + n]).decode())
-        pos += n
+    strings, pos = _strings(view, FIXED_END, total, physical_offset)
     (n,) = _U32.unpack_from(view, pos)
-    pos += 4
-    props_raw = json.loads(bytes(view[pos : pos + n]))
-    pos += n
+    props_raw = json.loads(bytes(view[pos + 4 : pos + 4 + n]))
+    pos += 4 + n
     (n,) = _U32.unpack_from(view, pos)
-    pos += 4
-    body = bytes(view[pos : pos + n])
-    pos += n
-    if pos != total or len(body) != n:
+    body = bytes(view[pos + 4 : pos + 4 + n])
+    if pos + 4 + n != total or len(body) != n:
         raise CorruptRecordError(physical_offset, "field lengths do not add up")
-    keys = json.loads(strings[4])
-    if not isinstance(keys, list) or not isinstance(props_raw, dict):
-        raise CorruptRecordError(physical_offset, "keys/properties have the wrong shape")
+    if not isinstance(props_raw, dict):
+        raise CorruptRecordError(physical_offset, "properties are not an object")
+    keys = () if strings[4] == "[]" else _keys(strings[4], physical_offset)
     properties: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in props_raw.items()})
     return Record(
         topic=strings[0],
@@ -203,7 +286,7 @@ def _decode_fields(view: memoryview, total: int, physical_offset: int) -> Record
         prepared_offset=prep,
         message_id=strings[2],
         tag=strings[3],
-        keys=tuple(str(k) for k in keys),
+        keys=keys,
         properties=properties,
         body=body,
     )
@@ -211,4 +294,4 @@ def _decode_fields(view: memoryview, total: int, physical_offset: int) -> Record
 
 def enters_queue(flag: TxnFlag) -> bool:
     """Only NORMAL and COMMIT records are dispatched to consume queues."""
-    return flag in (TxnFlag.NORMAL, TxnFlag.COMMIT)
+    return flag is TxnFlag.NORMAL or flag is TxnFlag.COMMIT

@@ -1,22 +1,28 @@
-"""Store unit tests: append/read, queues, tags, index, recovery, torn tails, corruption, fsync
-failure, watermark, retention. Real files in tmp dirs; faults through FaultyDisk."""
+"""Store façade tests: append/read, queues, tags, index, visibility, reopen, fsync fencing,
+watermark, retention, batches, ASYNC mode. Real files in tmp dirs; faults through FaultyDisk.
+Recovery cases (torn tails, mid-log corruption, rebuilds) are in test_store_recovery.py."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SMALL, Clock
+from txmq import limits
 from txmq.errors import (
-    CorruptRecordError,
+    BadRequestError,
     DiskFullError,
     MessageBodyTooLargeError,
+    OffsetNotFoundError,
+    StoreClosedError,
     StoreFencedError,
 )
-from txmq.model import RecordDraft, TxnFlag
-from txmq.store.disk import Faults, FaultyDisk, tear_tail
+from txmq.model import HALF_TOPIC, OP_TOPIC, FlushMode, QueueRead, RecordDraft, TxnFlag
+from txmq.store.disk import Faults, FaultyDisk
 from txmq.store.store import Store
 
 
@@ -117,44 +123,6 @@ def test_crash_recovery_redispatches_past_checkpoint(tmp_path: Path, clock: Cloc
     s2.close()
 
 
-def test_torn_tail_is_truncated(tmp_path: Path, clock: Clock) -> None:
-    s = Store.open(tmp_path, SMALL, now_ms=clock)
-    ends = [s.append(draft(i)).physical_offset for i in range(10)]
-    seg = tmp_path / "commitlog" / f"{0:020d}"
-    s.close()
-    (tmp_path / "abort").write_text("crashed")  # pretend the last run crashed
-    (tmp_path / "checkpoint.json").write_text('{"log_offset": 0}')
-    tear_tail(seg, keep_bytes=ends[9] + 30, seed=1)  # record 9 is torn
-    s = Store.open(tmp_path, SMALL, now_ms=clock)
-    assert s.recovery.truncated_bytes > 0
-    assert s.queue_offsets("t", 0) == (0, 9)
-    assert s.log_end_offset == ends[9]
-    assert s.append(draft(99)).queue_offset == 9
-    s.close()
-
-
-def test_mid_log_corruption_is_reported_not_skipped(tmp_path: Path, clock: Clock) -> None:
-    s = Store.open(tmp_path, SMALL, now_ms=clock)
-    offsets = [s.append(draft(i)).physical_offset for i in range(10)]
-    s.close()
-    seg = tmp_path / "commitlog" / f"{0:020d}"
-    data = bytearray(seg.read_bytes())
-    data[offsets[4] + 40] ^= 0xFF  # flip a byte inside record 4
-    seg.write_bytes(bytes(data))
-    s = Store.open(tmp_path, SMALL, now_ms=clock)  # clean open from checkpoint: no scan
-    with pytest.raises(CorruptRecordError) as info:
-        s.read_at(offsets[4])
-    assert info.value.offset == offsets[4]
-    s.close()
-    # A crash recovery that scans across it must not silently drop the valid records after it.
-    (tmp_path / "abort").write_text("crashed")
-    (tmp_path / "checkpoint.json").write_text('{"log_offset": 0}')
-    s = Store.open(tmp_path, SMALL, now_ms=clock)
-    assert s.recovery.salvage_file, "bytes after a mid-log corruption must be saved"
-    assert (tmp_path / s.recovery.salvage_file.split(" ")[0]).exists()
-    s.close()
-
-
 def test_failed_fsync_fences_the_store(tmp_path: Path, clock: Clock) -> None:
     faults = Faults(fsync_error_after=3)
     s = Store.open(tmp_path, SMALL, now_ms=clock, disk=FaultyDisk(faults))
@@ -220,4 +188,118 @@ def test_retention_deletes_old_segments_but_not_needed_ones(tmp_path: Path, cloc
     lo, hi = s.queue_offsets("t", 0)
     assert lo > 0 and hi == 600
     assert s.read_queue("t", 0, 0, 5).records[0].queue_offset == lo
+    s.close()
+
+
+def test_batch_is_one_write_with_contiguous_offsets(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    results = s.append_many([draft(i, q=i % 2) for i in range(6)])
+    assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2, 2]
+    offsets = [r.physical_offset for r in results]
+    assert offsets == sorted(offsets)
+    assert all(
+        a.physical_offset + a.size == b.physical_offset for a, b in itertools.pairwise(results)
+    )
+    assert s.append_many([]) == []
+    s.close()
+
+
+def test_batch_larger_than_a_segment_is_refused(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    with pytest.raises(BadRequestError):
+        s.append_many([draft(i, size=60_000) for i in range(5)])
+    assert s.log_end_offset == 0
+    assert s.append(draft(1)).queue_offset == 0, "a refused batch consumes no queue offsets"
+    s.close()
+
+
+def test_system_topics_enter_queues(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    s.append(RecordDraft(topic=OP_TOPIC, queue_id=0, body=b"op"))
+    s.append(RecordDraft(topic=HALF_TOPIC, queue_id=0, body=b"h", flag=TxnFlag.PREPARED))
+    assert s.queue_offsets(OP_TOPIC, 0) == (0, 1)
+    assert s.queue_offsets(HALF_TOPIC, 0) == (0, 0)
+    assert s.queues() == {OP_TOPIC: 1}
+    s.close()
+
+
+def test_read_at_and_scan_see_only_visible_records(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    r = s.append(draft(1))
+    with pytest.raises(OffsetNotFoundError):
+        s.read_at(s.log_end_offset)
+    with pytest.raises(OffsetNotFoundError):
+        s.read_at(r.physical_offset + 1_000_000)
+    assert [x.message_id for x in s.scan(0, 10)] == ["m1"]
+    assert s.scan(0, 0) == []
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.append(draft(2))
+    with pytest.raises(StoreClosedError):
+        s.read_at(0)
+
+
+def test_store_timestamps_never_decrease(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    first = s.append(draft(1)).store_timestamp_ms
+    clock.now -= 5_000  # the injected clock steps back
+    assert s.append(draft(2)).store_timestamp_ms == first
+    s.close()
+
+
+def test_find_by_key_is_bounded_and_newest_first(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    for i in range(10):
+        s.append(RecordDraft(topic="t", queue_id=0, body=b"x", message_id=f"m{i}", keys=("k",)))
+    found = s.find_by_key("t", "k", 3)
+    assert [r.message_id for r in found] == ["m9", "m8", "m7"]
+    assert s.find_by_message_id("nope") is None
+    s.close()
+
+
+def test_read_queue_from_past_the_end_and_unknown_queue(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    s.append(draft(1))
+    read = s.read_queue("t", 0, 5, 10)
+    assert read.records == () and read.next_offset == 1 and read.max_offset == 1
+    assert s.read_queue("nope", 0, 3, 10) == QueueRead((), 3, 0, 0)
+    s.close()
+
+
+def test_tag_filter_scan_is_bounded(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    n = limits.READ_SCAN_ENTRIES_MAX // 16
+    s.append_many([draft(i, tag="B", size=1) for i in range(n)])
+    read = s.read_queue("t", 0, 0, 10, tags=frozenset({"A"}))
+    assert read.records == () and read.next_offset == n
+    s.close()
+
+
+def test_async_mode_is_readable_at_once_and_durable_after_flush(
+    tmp_path: Path, clock: Clock
+) -> None:
+    cfg = replace(SMALL, flush_mode=FlushMode.ASYNC, flush_interval_ms=50)
+    s = Store.open(tmp_path, cfg, now_ms=clock)
+    s.append(draft(1))
+    assert s.read_queue("t", 0, 0, 10).records[0].message_id == "m1"
+    s.flush()
+    s.close()
+    s = Store.open(tmp_path, cfg, now_ms=clock)
+    assert s.queue_offsets("t", 0) == (0, 1)
+    s.close()
+
+
+def test_fsync_failure_while_rolling_fences(tmp_path: Path, clock: Clock) -> None:
+    faults = Faults()
+    s = Store.open(tmp_path, SMALL, now_ms=clock, disk=FaultyDisk(faults))
+    s.append(draft(0, size=1000))
+    faults.fsync_error_after = faults.syncs  # every sync from now on fails
+    with pytest.raises(StoreFencedError):
+        for i in range(400):
+            s.append(draft(i, size=1000))
+    assert s.fenced
+    s.close()
+    assert (tmp_path / "abort").exists(), "a fenced store keeps its abort marker"
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    assert s.recovery.crashed and s.queue_offsets("t", 0)[1] >= 1
     s.close()

@@ -1,0 +1,122 @@
+"""Group-commit tests, made deterministic with a disk whose fsync of the log blocks until the
+test releases it: writers that arrive during one fsync share the next one; a record is not
+visible until its fsync is done; a failed fsync fences every waiting and later writer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SMALL, Clock
+from txmq.errors import StoreFencedError
+from txmq.model import RecordDraft
+from txmq.store.disk import FileHandle
+from txmq.store.sim_disk import SimDisk
+from txmq.store.store import Store
+
+ROOT = Path("/sim/store")
+
+
+class GatedDisk(SimDisk):
+    """SimDisk whose commit-log fsyncs wait for ``gate`` while ``gated`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gated = False
+        self.entered = threading.Semaphore(0)
+        self.fail_next = False
+
+    def open(self, path: Path) -> FileHandle:
+        inner = super().open(path)
+        return _GatedFile(inner, self) if "commitlog" in str(path) else inner
+
+
+class _GatedFile:
+    def __init__(self, inner: FileHandle, disk: GatedDisk) -> None:
+        self._inner, self._disk = inner, disk
+        self.pwrite, self.pread, self.truncate = inner.pwrite, inner.pread, inner.truncate
+        self.size, self.close = inner.size, inner.close
+
+    def sync(self) -> None:
+        if self._disk.gated:
+            self._disk.entered.release()
+            assert self._disk.gate.wait(10), "test never opened the gate"
+        if self._disk.fail_next:
+            raise OSError(5, "injected EIO")
+        self._inner.sync()
+
+
+def draft(i: int) -> RecordDraft:
+    return RecordDraft(topic="t", queue_id=0, body=b"x" * 10, message_id=f"m{i}")
+
+
+def wait_until(cond: object, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.002)
+
+
+def start_writers(store: Store, ids: range, errors: list[BaseException]) -> list[threading.Thread]:
+    def run(i: int) -> None:
+        try:
+            store.append(draft(i))
+        except BaseException as exc:  # recorded and asserted by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in ids]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_writers_during_one_fsync_share_the_next(clock: Clock) -> None:
+    disk = GatedDisk()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    disk.gated = True
+    errors: list[BaseException] = []
+    first = start_writers(s, range(1), errors)
+    assert disk.entered.acquire(timeout=10), "the first writer's fsync started"
+    # While that fsync is blocked, ten more writers write and wait.
+    rest = start_writers(s, range(1, 11), errors)
+    wait_until(lambda: len(s._group._pending) == 10, "ten writers wrote and wait")
+    assert s.queue_offsets("t", 0) == (0, 0), "nothing is visible before its fsync"
+    assert s.scan(0, 99) == [] and s.log_end_offset == 0
+    syncs_before = s._group.syncs
+    disk.gated = False
+    disk.gate.set()
+    for t in first + rest:
+        t.join(10)
+    assert not errors
+    assert s._group.syncs - syncs_before == 2, "one fsync for the first, one for the ten"
+    assert s.queue_offsets("t", 0) == (0, 11)
+    s.close()
+
+
+def test_failed_fsync_fences_waiting_and_later_writers(clock: Clock) -> None:
+    disk = GatedDisk()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    s.append(draft(0))
+    disk.gated, disk.fail_next = True, True
+    errors: list[BaseException] = []
+    threads = start_writers(s, range(1, 6), errors)
+    assert disk.entered.acquire(timeout=10)
+    disk.gate.set()
+    for t in threads:
+        t.join(10)
+    assert len(errors) == 5 and all(isinstance(e, StoreFencedError) for e in errors)
+    disk.fail_next = False  # even a healthy disk now: the fence holds, fsync is never retried
+    with pytest.raises(StoreFencedError):
+        s.append(draft(9))
+    with pytest.raises(StoreFencedError):
+        s.flush()
+    assert s.queue_offsets("t", 0) == (0, 1), "unfenced records only"
+    s.close()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    assert s.recovery.crashed
+    assert s.append(draft(10)).queue_offset >= 1
+    s.close()

@@ -1,0 +1,149 @@
+"""Unit tests of the store's parts on their own: commit log (rolling with a blank marker,
+reads, scans, truncation, deletion, the search for valid data after a bad record), consume
+queue (buffered writes across files, truncation, retention, late start), index (hash chains,
+truncation, reopen) and checkpoint encoding. Real files in tmp dirs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from txmq.errors import CorruptRecordError, OffsetNotFoundError
+from txmq.model import RecordDraft
+from txmq.store import record as codec
+from txmq.store.checkpoint import Checkpoint
+from txmq.store.commit_log import CommitLog
+from txmq.store.consume_queue import ConsumeQueue, tag_hash
+from txmq.store.disk import OsDisk
+from txmq.store.index import MessageIndex, id_hash, key_hash
+from txmq.store.segment import segment_name
+
+SEGMENT = 64 * 1024
+
+
+def put(log: CommitLog, i: int, size: int = 1000) -> int:
+    d = RecordDraft(topic="t", queue_id=0, body=bytes([i % 256]) * size, message_id=f"m{i}")
+    buf = codec.encode(d, queue_offset=i, store_timestamp_ms=1000 + i)
+    at = log.reserve(len(buf))
+    log.write(at, codec.place(buf, at))
+    return at
+
+
+def test_log_rolls_with_a_blank_and_reads_back(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, OsDisk(), SEGMENT)
+    offsets = [put(log, i) for i in range(150)]
+    assert len(log.segments) == 3
+    assert (tmp_path / segment_name(SEGMENT)).exists()
+    first = tmp_path / segment_name(0)
+    assert first.stat().st_size == SEGMENT, "a full segment ends with the blank filler"
+    last_in_first = max(o for o in offsets if o < SEGMENT)
+    blank_at = last_in_first + log.read(last_in_first).size
+    assert codec.peek(first.read_bytes(), blank_at) == (SEGMENT - blank_at, codec.BLANK_MAGIC)
+    assert [log.read(o).message_id for o in offsets[60:70]] == [f"m{i}" for i in range(60, 70)]
+    assert [r.message_id for r in log.scan(offsets[63], 3)] == ["m63", "m64", "m65"]
+    assert len(log.scan(0, 1000)) == 150
+    with pytest.raises(OffsetNotFoundError):
+        log.read(log.end_offset)
+    with pytest.raises(CorruptRecordError):
+        log.read(offsets[3] + 1)
+    log.close()
+    log = CommitLog(tmp_path, OsDisk(), SEGMENT)  # reopen finds the same segments
+    assert log.end_offset == offsets[-1] + log.read(offsets[-1]).size
+    assert log.first_timestamp_of(1) == log.scan(SEGMENT, 1)[0].store_timestamp_ms
+    log.close()
+
+
+def test_log_truncate_and_delete_oldest(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, OsDisk(), SEGMENT)
+    offsets = [put(log, i) for i in range(150)]
+    log.truncate(offsets[70])
+    assert log.end_offset == offsets[70] and len(log.segments) == 2
+    assert not (tmp_path / segment_name(2 * SEGMENT)).exists()
+    assert log.delete_oldest() == SEGMENT
+    with pytest.raises(OffsetNotFoundError):
+        log.read(offsets[0])
+    assert log.scan(0, 1)[0].physical_offset == SEGMENT  # below the start means from the start
+    log.close()
+
+
+def test_non_contiguous_segments_are_refused(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, OsDisk(), SEGMENT)
+    for i in range(150):
+        put(log, i)
+    log.close()
+    (tmp_path / segment_name(SEGMENT)).unlink()
+    with pytest.raises(CorruptRecordError, match="contiguous"):
+        CommitLog(tmp_path, OsDisk(), SEGMENT)
+
+
+def test_valid_record_after_finds_data_behind_damage(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, OsDisk(), SEGMENT)
+    offsets = [put(log, i) for i in range(10)]
+    assert log.valid_record_after(offsets[3]) == offsets[4]
+    assert log.valid_record_after(offsets[9]) is None
+    log.close()
+
+
+def test_consume_queue_writes_across_files_and_truncates(tmp_path: Path) -> None:
+    cq = ConsumeQueue(tmp_path, OsDisk(), 16)
+    for i in range(40):
+        cq.append(i, 1000 + i, 50, "a" if i % 2 else "")
+    assert cq.entries(0, 1) == [], "buffered entries are not readable before write_out"
+    cq.write_out()
+    assert sorted(cq.files) == [0, 16, 32]
+    assert cq.entries(14, 4) == [
+        (1000 + i, 50, tag_hash("a" if i % 2 else "")) for i in range(14, 18)
+    ]
+    with pytest.raises(CorruptRecordError):
+        cq.append(41, 5000, 50, "")
+    cq.sync()
+    cq.truncate_to(20)
+    assert cq.max_offset == 20 and sorted(cq.files) == [0, 16]
+    cq.drop_before(17)
+    assert cq.min_offset == 17 and sorted(cq.files) == [16]
+    cq.close()
+    cq = ConsumeQueue(tmp_path, OsDisk(), 16)
+    assert (cq.min_offset, cq.max_offset) == (16, 20)
+    with pytest.raises(CorruptRecordError):
+        cq.truncate_to(25)
+    cq.close()
+
+
+def test_consume_queue_late_start(tmp_path: Path) -> None:
+    cq = ConsumeQueue(tmp_path, OsDisk(), 16)
+    cq.start_at(21)
+    cq.append(21, 7, 9, "")
+    cq.write_out()
+    assert cq.entries(0, 5) == [(7, 9, 0)]
+    assert tag_hash("") == 0 and tag_hash("x") != 0
+    cq.close()
+
+
+def test_index_chains_newest_first_and_truncate(tmp_path: Path) -> None:
+    idx = MessageIndex(tmp_path, OsDisk())
+    k = key_hash("t", "k")
+    for phys in range(0, 500, 100):
+        idx.add([k, id_hash(f"m{phys}")], phys)
+    idx.write_out()
+    assert idx.candidates(k) == [400, 300, 200, 100, 0]
+    assert idx.candidates(k, floor=250) == [400, 300]
+    assert idx.candidates(id_hash("m200")) == [200]
+    assert idx.entries == 10
+    idx.truncate_to(6)  # keeps the first three records' entries
+    assert idx.candidates(k) == [200, 100, 0] and idx.candidates(id_hash("m300")) == []
+    idx.sync()
+    idx.close()
+    idx = MessageIndex(tmp_path, OsDisk())
+    assert idx.candidates(k) == [200, 100, 0]
+    with pytest.raises(CorruptRecordError):
+        idx.truncate_to(7)
+    idx.close()
+
+
+def test_checkpoint_round_trip_and_garbage() -> None:
+    cp = Checkpoint(123, 45, {("t", 0): 6, ("%DLQ%g", 3): 2})
+    assert Checkpoint.decode(cp.encode()) == cp
+    for raw in (b"", b"{}", b'{"version": 1}', b"\xff"):
+        with pytest.raises(CorruptRecordError):
+            Checkpoint.decode(raw)
