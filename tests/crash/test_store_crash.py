@@ -1,10 +1,14 @@
-"""Kill -9 crash test of the store (after sled's crash tests).
+"""Kill -9 crash tests of the store (after sled's crash tests), with real processes and files.
 
-Method: a child process appends from several threads and prints each record's id only after
-append() returned (fsync done). The parent SIGKILLs it at a seeded random moment, reopens the
-store and checks: every acknowledged record is present and intact, no torn record is visible,
-each queue is contiguous, and the index agrees with the log. Rounds accumulate in one data
-directory, so each round also recovers what the previous kill left. Replay with TXMQ_SEED.
+Method: a child process (store_child.py) appends from several threads in SYNC mode and prints
+each record's id only after append() returned. The parent SIGKILLs it at a seeded random
+moment, reopens the store and checks: every acknowledged record is present with its body
+intact; the whole log verifies (no torn record visible); every batch is all or nothing; each
+queue is contiguous and holds exactly the log's records of that queue; the index finds every
+record by id and key. Rounds accumulate in one data directory, so each round also recovers what
+the previous kill left. Then explicit damage to real files: garbage after the tail (a torn
+write) is truncated; a flipped byte in the middle of the log is reported with its offset.
+Replay with TXMQ_SEED.
 """
 
 from __future__ import annotations
@@ -19,66 +23,154 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL, Clock
+from tests.conftest import Clock
+from tests.crash.store_child import CONFIG, QUEUES, body_of
+from txmq.errors import CorruptRecordError
+from txmq.model import Record
 from txmq.store.store import Store
 
 CHILD = Path(__file__).with_name("store_child.py")
+ROOT = Path(__file__).parents[2]
 
 
-def _round(data_dir: Path, round_no: int, rng: random.Random) -> list[str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+class Acks:
+    def __init__(self) -> None:
+        self.records: set[str] = set()
+        self.batches: list[list[str]] = []  # every batch the child meant to append
+
+
+def run_child(data_dir: Path, round_no: int, rng: random.Random, acks: Acks) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    threads = rng.choice([1, 4, 8])
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(data_dir), str(round_no), str(rng.choice([1, 4, 8]))],
+        [sys.executable, str(CHILD), str(data_dir), str(round_no), str(threads)],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(rng.uniform(0.0, 0.25))
+    time.sleep(rng.uniform(0.0, 0.15))
     proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=30)
-    return [line for line in out.splitlines() if line and "-w" in line]
+    for line in out.splitlines():
+        kind, *ids = line.split()
+        if kind in ("A", "B"):
+            acks.records.update(ids)
+        elif kind == "b":
+            acks.batches.append(ids)
 
 
-def _verify(data_dir: Path, acked: set[str]) -> None:
-    store = Store.open(data_dir, SMALL, now_ms=Clock())
+def index_of(message_id: str) -> int:
+    return int(message_id.split("-")[2])
+
+
+def verify(data_dir: Path, acks: Acks) -> dict[str, Record]:
+    store = Store.open(data_dir, CONFIG, now_ms=Clock())
     try:
-        seen: set[str] = set()
-        for q in range(3):
-            lo, hi = store.queue_offsets("crash", q)
-            offset = lo
-            while offset < hi:
-                read = store.read_queue("crash", q, offset, 500)
-                for expect, rec in enumerate(read.records, start=offset):
-                    assert rec.queue_offset == expect, "queue must be contiguous"
-                    body = (rec.message_id * 20).encode()
-                    assert body.startswith(rec.body), "record body intact"
-                    seen.add(rec.message_id)
-                offset = read.next_offset
-        missing = acked - seen
+        log = {r.message_id: r for r in store.scan(0, 10**7)}  # verifies every CRC
+        missing = acks.records - set(log)
         assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:3]}"
-        for mid in list(acked)[:: max(1, len(acked) // 50)]:
-            rec = store.find_by_message_id(mid)
-            assert rec is not None and rec.message_id == mid, "index agrees with the log"
-        assert len(store.scan(0, 10**9)) >= len(seen)
+        for mid, rec in log.items():
+            assert rec.body == body_of(mid, index_of(mid)), f"body of {mid} intact"
+        for ids in acks.batches:
+            present = [x in log for x in ids]
+            assert all(present) or not any(present), f"batch {ids} is all or nothing"
+        for q in range(QUEUES):
+            lo, hi = store.queue_offsets("crash", q)
+            got: list[Record] = []
+            while lo + len(got) < hi:
+                read = store.read_queue("crash", q, lo + len(got), 1024)
+                assert read.records, "a queue read below max returns records"
+                got.extend(read.records)
+            assert [r.queue_offset for r in got] == list(range(lo, hi)), "queue is contiguous"
+            in_log = [r.message_id for r in log.values() if r.queue_id == q]
+            assert [r.message_id for r in got] == in_log, "the queue holds exactly the log's"
+        for mid in list(log)[:: max(1, len(log) // 40)]:
+            found = store.find_by_message_id(mid)
+            assert found is not None and found.physical_offset == log[mid].physical_offset
+            assert [r.message_id for r in store.find_by_key("crash", f"key-{mid}", 5)] == [mid]
+        return log
     finally:
         store.close()
 
 
-def _run(tmp_path: Path, seed: int, rounds: int) -> None:
+def kill_rounds(data_dir: Path, seed: int, rounds: int) -> Acks:
     rng = random.Random(seed)
-    acked: set[str] = set()
+    acks = Acks()
     for r in range(rounds):
-        acked.update(_round(tmp_path, r, rng))
-        _verify(tmp_path, acked)
-    assert acked, "the child acknowledged nothing: the test did not exercise anything"
+        run_child(data_dir, r, rng, acks)
+        verify(data_dir, acks)
+    assert acks.records, "the child acknowledged nothing: the test did not exercise anything"
+    return acks
 
 
 def test_kill9_rounds(tmp_path: Path, seed: int) -> None:
-    _run(tmp_path, seed, rounds=50)
+    kill_rounds(tmp_path, seed, rounds=50)
 
 
 @pytest.mark.slow
 def test_kill9_rounds_long(tmp_path: Path, seed: int) -> None:
-    _run(tmp_path, seed, rounds=300)
+    kill_rounds(tmp_path, seed, rounds=300)
+
+
+def last_segment(data_dir: Path) -> Path:
+    return sorted((data_dir / "commitlog").iterdir())[-1]
+
+
+def test_garbage_after_a_killed_tail_is_truncated(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    acks = Acks()
+    run_child(tmp_path, 0, rng, acks)
+    seg = last_segment(tmp_path)
+    size = seg.stat().st_size
+    with seg.open("ab") as f:
+        f.write(rng.randbytes(rng.randint(1, 3000)))  # a torn write the crash left
+    log = verify(tmp_path, acks)
+    assert seg.stat().st_size == size, "exactly the garbage was cut"
+    assert len(log) >= len(acks.records)
+
+
+def test_cut_inside_the_last_record_is_truncated(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    acks = Acks()
+    run_child(tmp_path, 0, rng, acks)
+    store = Store.open(tmp_path, CONFIG, now_ms=Clock())
+    last = store.scan(0, 10**7)[-1]
+    store.abandon()
+    store.log.close()
+    seg = last_segment(tmp_path)
+    cut = last.physical_offset - int(seg.name) + rng.randint(1, last.size - 1)
+    with seg.open("r+b") as f:
+        f.truncate(cut)
+    (tmp_path / "checkpoint.json").unlink()  # as if the last record lay past the checkpoint
+    acks.records.discard(last.message_id)  # we destroyed it ourselves
+    acks.batches = [b for b in acks.batches if last.message_id not in b]
+    log = verify(tmp_path, acks)
+    assert last.message_id not in log
+
+
+def test_flipped_byte_mid_log_is_reported_with_its_offset(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    acks = Acks()
+    run_child(tmp_path, 0, rng, acks)
+    run_child(tmp_path, 1, rng, acks)  # the second run's records lie past its open checkpoint
+    store = Store.open(tmp_path, CONFIG, now_ms=Clock())
+    records = store.scan(0, 10**7)
+    store.abandon()
+    store.log.close()
+    (tmp_path / "abort").write_text("crashed")
+    cp = tmp_path / "checkpoint.json"
+    cp.unlink()  # recovery must scan the whole log
+    victim = records[rng.randrange(len(records) - 1)]  # not the last: valid data follows
+    seg = sorted((tmp_path / "commitlog").iterdir())[
+        victim.physical_offset // CONFIG.segment_size_bytes
+    ]
+    pos = victim.physical_offset - int(seg.name) + rng.randint(12, victim.size - 1)
+    data = bytearray(seg.read_bytes())
+    data[pos] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError) as info:
+        Store.open(tmp_path, CONFIG, now_ms=Clock())
+    assert info.value.offset == victim.physical_offset
+    assert seg.read_bytes() == bytes(data), "nothing was truncated or rewritten"
