@@ -1,53 +1,35 @@
-"""Reconciliation: join the order service's orders, the topic's committed messages and the
-inventory service's deductions, and report every mismatch.
+"""Reconciliation: join the order service's orders (SQLite), the topic's committed messages and
+the inventory service's deductions (SQLite), and report every mismatch. Exit code 1 when any.
 
     .venv/bin/python examples/pipeline/reconcile.py --endpoints 127.0.0.1:8081 \
         --orders-db orders.db --inventory-db inventory.db
+    .venv/bin/python -m examples.pipeline.reconcile ...             (from the repository root)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 from pathlib import Path
 
-from txmq.demo.orders import TOPIC
-from txmq.spark.session import local_session
+from txmq.spark.pipeline import ORDER_TOPIC_DEFAULT, Reconciliation, reconcile
+
+__all__ = ["Reconciliation", "main", "reconcile"]
 
 
-def reconcile(endpoints: str, orders_db: Path, inventory_db: Path) -> dict[str, list[str]]:
-    spark = local_session("txmq-reconcile")
-    msgs = (
-        spark.read.format("txmq")
-        .option("endpoints", endpoints)
-        .option("topic", TOPIC)
-        .load()
-        .selectExpr("cast(body as string) as body")
-        .collect()
-    )
-    in_topic = {json.loads(r.body)["order_id"] for r in msgs}
-    orders = {r[0] for r in sqlite3.connect(orders_db).execute("SELECT id FROM orders")}
-    deducted = {
-        r[0] for r in sqlite3.connect(inventory_db).execute("SELECT order_id FROM processed")
-    }
-    return {
-        "ordered but no message": sorted(orders - in_topic),
-        "message without an order (leaked rollback)": sorted(in_topic - orders),
-        "deducted without an order": sorted(deducted - orders),
-        "ordered but not deducted": sorted(orders - deducted),
-    }
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--endpoints", default="127.0.0.1:8081")
+    ap.add_argument("--topic", default=ORDER_TOPIC_DEFAULT)
     ap.add_argument("--orders-db", type=Path, required=True)
     ap.add_argument("--inventory-db", type=Path, required=True)
     args = ap.parse_args()
-    for name, ids in reconcile(args.endpoints, args.orders_db, args.inventory_db).items():
-        print(f"{name}: {len(ids)} {ids[:5]}")
+    report = reconcile(args.endpoints, args.orders_db, args.inventory_db, args.topic)
+    print(f"orders {report.orders}, messages {report.messages}, deductions {report.deductions}")
+    for kind, ids in report.mismatches.items():
+        print(f"{kind}: {len(ids)} {ids[:5]}")
+    print("CONSISTENT" if report.consistent else "MISMATCHES FOUND")
+    return 0 if report.consistent else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -125,7 +125,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"topic": "ranges"}, "option 'endpoints' is required"),
+        ({"endpoints": None}, "option 'endpoints' is required"),
         ({"endpoints": "nohostport", "topic": "ranges"}, "must be HOST:PORT"),
         ({"topic": None}, "option 'topic' is required"),
         ({"topic": "no-such-topic"}, "topic 'no-such-topic' does not exist"),
@@ -161,21 +161,20 @@ def test_unreachable_broker_is_a_clear_error(spark: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("select", "message"),
+    ("columns", "message"),
     [
-        ("id AS value", "needs a 'body' column"),
-        ("id AS body", "column 'body' of the txmq sink must be binary or string, not bigint"),
-        ("string(id) AS body, 5 AS tag", "column 'tag' of the txmq sink must be string"),
-        ("string(id) AS body, map('a', 1) AS properties", "must be map<string,string>"),
+        (["id AS value"], "needs a 'body' column"),
+        (["id AS body"], "column 'body' of the txmq sink must be binary or string, not bigint"),
+        (["string(id) AS body", "5 AS tag"], "column 'tag' of the txmq sink must be string"),
+        (["string(id) AS body", "map('a', 1) AS properties"], "must be map<string,string>"),
     ],
 )
 def test_sink_column_errors(
-    spark_broker: BrokerProcess, spark: Any, select: str, message: str
+    spark_broker: BrokerProcess, spark: Any, columns: list[str], message: str
 ) -> None:
     from pyspark.errors import PySparkException
 
-    df = spark.range(3).selectExpr(*select.split(", "))
+    df = spark.range(3).selectExpr(*columns)
+    writer = df.write.format("txmq").option("endpoints", spark_broker.endpoints)
     with pytest.raises(PySparkException, match=re.escape(message)):
-        df.write.format("txmq").option("endpoints", spark_broker.endpoints).option(
-            "topic", "never"
-        ).save()
+        writer.option("topic", "never").mode("append").save()

@@ -7,10 +7,10 @@ group) and kill it, then run it again from the same checkpoint:
 
 - txmq -> Parquet: the parent kills the driver while a micro-batch is planned but not yet
   recorded as done (offsets/<k> written, commits/<k> not).
-- txmq -> txmq (the transactional sink): a failpoint kills the driver right after the sink's
-  ledger record of one batch (check-back must commit it), then a second run is killed after
-  the sink's commit of a later batch but before Spark's commit record (the replay must be
-  rolled back).
+- txmq -> txmq (the transactional sink): a failpoint kills the driver after the sink's commit
+  of a batch but before Spark's commit record (the replayed batch must be rolled back). The
+  slow variant first kills it right after a batch's ledger record (check-back must commit
+  what the ledger lists); test_sink_ledger.py covers that path without Spark, quickly.
 """
 
 from __future__ import annotations
@@ -72,22 +72,32 @@ def _pending(ep: str, topic: str) -> int:
     return sum(1 for t in rows if t.get("topic") == topic)
 
 
+@pytest.mark.parametrize(
+    "failpoints",
+    [
+        pytest.param(["after-sink-commit:1"], id="after-sink-commit"),
+        pytest.param(
+            ["after-ledger:1", "after-sink-commit:2"], id="after-ledger", marks=pytest.mark.slow
+        ),
+    ],
+)
 def test_transactional_sink_is_exactly_once_across_killed_drivers(
-    spark_broker: BrokerProcess, spark: Any, tmp_path: Path, seed: int
+    spark_broker: BrokerProcess, spark: Any, tmp_path: Path, seed: int, failpoints: list[str]
 ) -> None:
-    ep, src, dst = spark_broker.endpoints, "sink-in", "sink-out"
+    ep, src, dst = (
+        spark_broker.endpoints,
+        f"sink-in-{len(failpoints)}",
+        f"sink-out-{len(failpoints)}",
+    )
     made = produce(ep, src, 120, seed + 1, prefix="s")
-    ckpt = str(tmp_path / "ckpt")
-    args = ("to-topic", ep, src, dst, ckpt, "30")  # 4 micro-batches
-
-    code, tail = finish(start_child(*args, failpoint="after-ledger:1"))
-    assert code == -signal.SIGKILL, f"the failpoint must kill the driver\n{tail}"
-    code, tail = finish(start_child(*args, failpoint="after-sink-commit:2"))
-    assert code == -signal.SIGKILL, f"the failpoint must kill the driver\n{tail}"
+    args = ("to-topic", ep, src, dst, str(tmp_path / "ckpt"), "30")  # 4 micro-batches
+    for failpoint in failpoints:
+        code, tail = finish(start_child(*args, failpoint=failpoint))
+        assert code == -signal.SIGKILL, f"the failpoint {failpoint} must kill the driver\n{tail}"
     code, tail = finish(start_child(*args))
     assert code == 0, tail
 
-    # Batch 1's halves were left undecided with a ledger record: check-back commits them.
+    # after-ledger leaves its batch undecided with a ledger record: check-back commits it.
     wait_until(lambda: _pending(ep, dst) == 0, 60, "check-back to settle the sink's halves")
     bodies = _read_topic(spark, ep, dst)
     assert len(bodies) == len(set(bodies)), "no duplicates from the replayed batches"

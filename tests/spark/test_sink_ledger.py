@@ -1,0 +1,88 @@
+"""The sink's driver-side protocol against a real broker, without Spark: the ledger decides.
+
+Goal: what a dead driver leaves behind is settled by the broker's check-back exactly as the
+ledger says (listed halves committed, unlisted halves of a recorded batch rolled back, halves
+of an unrecorded batch left pending), and the driver's commit is idempotent per batch (a replay
+with new halves is rolled back). Method: send half messages tagged as the sink tags them over
+raw gRPC, append the ledger record the driver would, stop there (the "crash"), and watch the
+broker (FAST check-back timings); then drive ``commit_batch``/``abort_batch`` directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.types import StringType, StructField, StructType
+
+from tests.integration.conftest import BrokerProcess, wait_until
+from txmq.cli.admin_client import call
+from txmq.spark.client import BrokerClient, SentHalf, build_message
+from txmq.spark.sink import SentHalves, TxmqBatchWriter
+from txmq.txn.ledger import (
+    LEDGER_TOPIC,
+    PROP_SINK_ATTEMPT,
+    PROP_SINK_BATCH,
+    PROP_SINK_PARTITION,
+    PROP_SINK_QUERY,
+    LedgerEntry,
+)
+
+
+def _halves(broker: BrokerClient, topic: str, query: str, batch: str, n: int, tag: str) -> Any:
+    props = {
+        PROP_SINK_QUERY: query,
+        PROP_SINK_BATCH: batch,
+        PROP_SINK_PARTITION: "0",
+        PROP_SINK_ATTEMPT: tag,
+    }
+    return [
+        broker.send(
+            [build_message(topic, f"{tag}-{i}".encode(), properties=props, transactional=True)]
+        )[0]
+        for i in range(n)
+    ]
+
+
+def _bodies(broker: BrokerClient, topic: str) -> list[str]:
+    out: list[str] = []
+    for q in range(broker.queue_count(topic)):
+        end = broker.query_offset(topic, q, "latest")
+        out += [m.body.decode() for m in broker.read_range(topic, q, 0, end)]
+    return sorted(out)
+
+
+def _pending(ep: str, topic: str) -> int:
+    return sum(1 for t in call(ep, "TxnList", {})["transactions"] if t.get("topic") == topic)
+
+
+def test_check_back_settles_a_dead_drivers_halves_from_the_ledger(
+    spark_broker: BrokerProcess,
+) -> None:
+    ep, topic = spark_broker.endpoints, "ledger-out"
+    with BrokerClient(ep) as broker:
+        listed = _halves(broker, topic, "q1", "3", 4, "ok")
+        _halves(broker, topic, "q1", "3", 2, "zombie")  # a failed task attempt, never listed
+        unrecorded = _halves(broker, topic, "q1", "4", 2, "later")
+        entry = LedgerEntry("q1", "3", frozenset(h.transaction_id for h in listed), ((0, 1),))
+        broker.send([build_message(LEDGER_TOPIC, entry.encode(), keys=[entry.key])])
+        # The driver "dies" here: no EndTransaction at all.
+        wait_until(lambda: _pending(ep, topic) == len(unrecorded), 30, "check-back")
+        assert _bodies(broker, topic) == [f"ok-{i}" for i in range(4)]
+        assert _pending(ep, topic) == 2, "batch 4 waits for its ledger record"
+
+
+def test_driver_commit_is_idempotent_per_batch(spark_broker: BrokerProcess) -> None:
+    ep, topic = spark_broker.endpoints, "ledger-replay"
+    schema = StructType([StructField("body", StringType())])
+    writer = TxmqBatchWriter({"endpoints": ep, "topic": topic}, schema)
+    with BrokerClient(ep) as broker:
+        first = _halves(broker, topic, "q2", "0", 3, "first")
+        writer.commit_batch([SentHalves("q2", "0", 0, 0, first)], "q2", "0")
+        replay = _halves(broker, topic, "q2", "0", 3, "replay")
+        writer.commit_batch([SentHalves("q2", "0", 0, 1, replay)], "q2", "0")
+        again: list[SentHalf] = first[:1]
+        writer.commit_batch([SentHalves("q2", "0", 0, 0, again)], "q2", "0")  # retried commit
+        aborted = _halves(broker, topic, "q2", "1", 2, "aborted")
+        writer.abort_batch([SentHalves("q2", "1", 0, 0, aborted)], "q2", "1")
+        assert _bodies(broker, topic) == [f"first-{i}" for i in range(3)]
+        assert _pending(ep, topic) == 0
