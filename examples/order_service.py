@@ -41,7 +41,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -272,22 +272,30 @@ class OrderService:
             conn.commit()
 
     def crash_midway(self, orders: list[Order]) -> None:
-        """The crash fates, then SIGKILL: decisions never sent, one local transaction open."""
+        """The crash fates, then SIGKILL: decisions never sent, one local transaction open.
+
+        Until it dies this instance is a live producer of the topic, so a check-back may reach
+        it first; its checker must then answer as truthfully as the surviving instance's.
+        """
         for order in orders:
             if order.fate == CRASH_AFTER_DB:
-                tx = self.producer.begin_transaction()
-                self.producer.send(order_message(order, self.topic), tx)
-                with closing(self.db.connect()) as conn:
-                    self.db.insert(conn, order)
-                    conn.commit()
+                with self.checker.local_transaction(order.order_id):
+                    tx = self.producer.begin_transaction()
+                    self.producer.send(order_message(order, self.topic), tx)
+                    with closing(self.db.connect()) as conn:
+                        self.db.insert(conn, order)
+                        conn.commit()
         conn = self.db.connect()
-        for order in orders:
-            if order.fate == CRASH_BEFORE_DB:
-                tx = self.producer.begin_transaction()
-                self.producer.send(order_message(order, self.topic), tx)
-                self.db.insert(conn, order)  # never committed: the process dies first
-        print("crashing now", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        with ExitStack() as running:
+            for order in orders:
+                if order.fate == CRASH_BEFORE_DB:
+                    # Inside an open local transaction until the process dies.
+                    running.enter_context(self.checker.local_transaction(order.order_id))
+                    tx = self.producer.begin_transaction()
+                    self.producer.send(order_message(order, self.topic), tx)
+                    self.db.insert(conn, order)  # never committed: the process dies first
+            print("crashing now", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _ms_since(started: float) -> float:
