@@ -23,7 +23,7 @@ Layout, big-endian::
        born_host    u16 length + utf-8
        message_id   u16 length + utf-8
        tag          u16 length + utf-8
-       keys         u16 length + utf-8 JSON list
+       keys         u16 length + utf-8, keys joined by NUL
        properties   u32 length + utf-8 JSON object
        body         u32 length + bytes
 """
@@ -64,7 +64,6 @@ _BATCH_AT: Final = HEAD_SIZE + 1
 _STRINGS: Final = 5
 # Smallest well-formed record: fixed header + five empty u16 strings + two empty u32 blocks.
 RECORD_SIZE_MIN: Final = FIXED_END + _STRINGS * 2 + 2 * 4
-_EMPTY_KEYS: Final = b"[]"
 _FLAGS: Final = tuple(TxnFlag)
 
 
@@ -99,8 +98,8 @@ def validate_draft(draft: RecordDraft, *, body_size_max: int) -> None:
     if len(draft.keys) > limits.KEYS_PER_MESSAGE_MAX:
         raise IllegalKeyError(f"more than {limits.KEYS_PER_MESSAGE_MAX} keys")
     for key in draft.keys:
-        if not key or len(key) > limits.KEY_LENGTH_MAX:
-            raise IllegalKeyError(f"each key must be 1..{limits.KEY_LENGTH_MAX} characters")
+        if not key or len(key) > limits.KEY_LENGTH_MAX or "\0" in key:
+            raise IllegalKeyError(f"each key must be 1..{limits.KEY_LENGTH_MAX} characters, no NUL")
     if not 0 <= draft.queue_id < limits.QUEUES_PER_TOPIC_MAX:
         raise IllegalTopicError(f"queue id must be 0..{limits.QUEUES_PER_TOPIC_MAX - 1}")
 
@@ -119,7 +118,7 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
         draft.born_host.encode()[: limits.BORN_HOST_LENGTH_MAX],
         draft.message_id.encode(),
         draft.tag.encode(),
-        json.dumps(list(draft.keys), separators=(",", ":")).encode() if draft.keys else b"[]",
+        _join_keys(draft.keys),
     )
     props = json.dumps(dict(draft.properties), separators=(",", ":")).encode()
     if len(props) > limits.PROPERTIES_SIZE_MAX:
@@ -205,41 +204,52 @@ def _strings(view: memoryview, pos: int, end: int, physical_offset: int) -> tupl
 def decode_entry(buf: bytes | bytearray | memoryview, pos: int, physical_offset: int) -> Entry:
     """Verify the record at ``buf[pos:]`` and return its dispatch fields without the body.
 
-    Recovery's fast path: no JSON for properties, no body copy.
+    Recovery's fast path (one call per record, so it is written flat): no properties, no body
+    copy, born host skipped. Per-string bounds are covered by the CRC and by the final check
+    that the field lengths add up to the record size.
 
     Raises:
         CorruptRecordError: bad size, magic, CRC, offset or field lengths.
     """
     total = _check(buf, pos, physical_offset)
-    view = memoryview(buf)
-    end = pos + total
+    u16, u32 = _U16.unpack_from, _U32.unpack_from
     try:
         flag, batch, qid, qoff, phys, _born, store, _rc, _prep = _FIXED.unpack_from(
-            view, pos + HEAD_SIZE
+            buf, pos + HEAD_SIZE
         )
         if phys != physical_offset:
             raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
-        strings, at = _strings(view, pos + FIXED_END, end, physical_offset)
-        (n,) = _U32.unpack_from(view, at)
-        at += 4 + n
-        (n,) = _U32.unpack_from(view, at)
-        if at + 4 + n != end:
+        at = pos + FIXED_END
+        n = u16(buf, at)[0]
+        topic = str(buf[at + 2 : at + 2 + n], "utf-8")
+        at += 2 + n
+        at += 2 + u16(buf, at)[0]  # born host: not needed for dispatch
+        n = u16(buf, at)[0]
+        message_id = str(buf[at + 2 : at + 2 + n], "utf-8")
+        at += 2 + n
+        n = u16(buf, at)[0]
+        tag = str(buf[at + 2 : at + 2 + n], "utf-8")
+        at += 2 + n
+        n = u16(buf, at)[0]
+        keys = _split_keys(bytes(buf[at + 2 : at + 2 + n]))
+        at += 2 + n
+        at += 4 + u32(buf, at)[0]  # properties
+        if at + 4 + u32(buf, at)[0] != pos + total:
             raise CorruptRecordError(physical_offset, "field lengths do not add up")
-        raw_keys = strings[4]
-        keys = () if raw_keys == "[]" else _keys(raw_keys, physical_offset)
         return Entry(
-            phys, total, _FLAGS[flag], batch, strings[0], qid, qoff, store, strings[3],
-            strings[2], keys,
-        )  # fmt: skip
+            phys, total, _FLAGS[flag], batch, topic, qid, qoff, store, tag, message_id, keys
+        )
     except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
         raise CorruptRecordError(physical_offset, f"bad field: {exc}") from exc
 
 
-def _keys(raw: str, physical_offset: int) -> tuple[str, ...]:
-    keys = json.loads(raw)
-    if not isinstance(keys, list):
-        raise CorruptRecordError(physical_offset, "keys are not a list")
-    return tuple(str(k) for k in keys)
+def _join_keys(keys: tuple[str, ...]) -> bytes:
+    """Keys as UTF-8 joined by NUL (validate_draft refuses a NUL inside a key)."""
+    return "\0".join(keys).encode()
+
+
+def _split_keys(raw: bytes) -> tuple[str, ...]:
+    return tuple(raw.decode().split("\0")) if raw else ()
 
 
 def decode(buf: bytes | bytearray | memoryview, physical_offset: int) -> Record:
@@ -270,7 +280,7 @@ def _decode_fields(view: memoryview, total: int, physical_offset: int) -> Record
         raise CorruptRecordError(physical_offset, "field lengths do not add up")
     if not isinstance(props_raw, dict):
         raise CorruptRecordError(physical_offset, "properties are not an object")
-    keys = () if strings[4] == "[]" else _keys(strings[4], physical_offset)
+    keys = _split_keys(strings[4].encode())
     properties: Mapping[str, str] = MappingProxyType({str(k): str(v) for k, v in props_raw.items()})
     return Record(
         topic=strings[0],
