@@ -114,6 +114,8 @@ def test_failed_fsync_fences_waiting_and_later_writers(clock: Clock) -> None:
         s.append(draft(9))
     with pytest.raises(StoreFencedError):
         s.flush()
+    with pytest.raises(StoreFencedError):
+        s.delete_expired_segments(keep_from_offset=0)  # its checkpoint would fsync again
     assert s.queue_offsets("t", 0) == (0, 1), "unfenced records only"
     s.close()
     s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)

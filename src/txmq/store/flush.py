@@ -38,7 +38,10 @@ class GroupCommit:
         after_flush: Callable[[int], None],
     ) -> None:
         self.lock = threading.Lock()
-        self._cond = threading.Condition(self.lock)
+        # Two conditions on one lock: writers wake only the flusher (``_work``), the flusher
+        # wakes only the writers (``_durable``), so an append does not wake every waiting writer.
+        self._work = threading.Condition(self.lock)
+        self._durable = threading.Condition(self.lock)
         self._sync_mode = sync_mode
         self._interval_s = interval_ms / 1000.0
         self._sync_log = sync_log
@@ -68,7 +71,7 @@ class GroupCommit:
         self.written_end = end
         if self._sync_mode:
             self._pending.extend(entries)
-            self._cond.notify_all()
+            self._work.notify()
         else:
             self._publish(entries, end)
 
@@ -81,35 +84,36 @@ class GroupCommit:
         if not self._sync_mode:
             return
         while self.durable_end < end and not self.fenced:
-            self._cond.wait()
+            self._durable.wait()
         if self.durable_end < end:
             raise StoreFencedError(self.fenced)
 
     def fence(self, reason: str) -> None:
         if not self.fenced:
             self.fenced = reason
-        self._cond.notify_all()
+        self._durable.notify_all()
+        self._work.notify_all()
 
     # --- Called without ``lock``. ----------------------------------------------------------------
 
     def flush(self) -> None:
         """Block until everything written so far is durable (either mode)."""
-        with self._cond:
+        with self.lock:
             end = self.written_end
             self._flush_requested = True
-            self._cond.notify_all()
+            self._work.notify()
             while self.durable_end < end and not self.fenced:
-                self._cond.wait()
+                self._durable.wait()
             if self.durable_end < end:
                 raise StoreFencedError(self.fenced)
 
     def stop(self, *, flush: bool = True) -> None:
         """Stop the flusher; with ``flush`` it first syncs what was written (close), without it
         it just stops (a simulated crash: unsynced bytes stay unsynced)."""
-        with self._cond:
+        with self.lock:
             self._stopping = True
             self._halted = not flush
-            self._cond.notify_all()
+            self._work.notify()
         self._thread.join(timeout=30)
         invariant(not self._thread.is_alive(), "flusher did not stop")
 
@@ -117,7 +121,7 @@ class GroupCommit:
 
     def _take(self) -> tuple[int, list[Entry]] | None:
         """Wait for work; return (target end, entries to publish) or None to exit."""
-        with self._cond:
+        with self.lock:
             while True:
                 if self._halted or self.fenced:
                     return None
@@ -127,8 +131,8 @@ class GroupCommit:
                 if self._stopping:
                     return None
                 if self._sync_mode:
-                    self._cond.wait()
-                elif not self._cond.wait(self._interval_s) and self.written_end > self.durable_end:
+                    self._work.wait()
+                elif not self._work.wait(self._interval_s) and self.written_end > self.durable_end:
                     break  # The interval passed: flush what ASYNC writers left in the page cache.
             self._flush_requested = False
             batch, self._pending = self._pending, []
@@ -146,15 +150,15 @@ class GroupCommit:
                 if batch:
                     self._publish(batch, target)
             except OSError as exc:
-                with self._cond:
+                with self.lock:
                     self.fence(f"log flush failed: {exc}")
                 return
-            with self._cond:
+            with self.lock:
                 self.durable_end = max(self.durable_end, target)
-                self._cond.notify_all()
+                self._durable.notify_all()
             try:
                 self._after_flush(target)
             except OSError as exc:
-                with self._cond:
+                with self.lock:
                     self.fence(f"checkpoint failed: {exc}")
                 return

@@ -72,8 +72,6 @@ class Store:
         self._checkpoint_lock = threading.Lock()
         self._retention_lock = threading.Lock()
         self._checkpointed = -1
-        self.checkpoint()
-        cpfile.mark_open(disk, data_dir)
         self._next_queue_offset = {k: q.max_offset for k, q in self._dispatcher.queues.items()}
         self._closed = False
         self._appends = 0
@@ -88,6 +86,8 @@ class Store:
             publish=self._dispatcher.publish,
             after_flush=self._after_flush,
         )
+        self.checkpoint()
+        cpfile.mark_open(disk, data_dir)
 
     @classmethod
     def open(
@@ -208,8 +208,15 @@ class Store:
             self.checkpoint()
 
     def checkpoint(self) -> None:
-        """Sync queues and index and record how far they are consistent with the log."""
+        """Sync queues and index and record how far they are consistent with the log.
+
+        Raises:
+            StoreFencedError: the store is fenced; nothing is synced or written.
+        """
         with self._checkpoint_lock:
+            if self._group.fenced:
+                # Never: it would fsync again after a failed fsync (ADR 0001).
+                raise StoreFencedError(self._group.fenced)
             snap = self._dispatcher.snapshot()
             if snap.log_offset <= self._checkpointed:
                 return
