@@ -1,18 +1,20 @@
-"""Group-commit tests, made deterministic with a disk whose fsync of the log blocks until the
-test releases it: writers that arrive during one fsync share the next one; a record is not
-visible until its fsync is done; a failed fsync fences every waiting and later writer."""
+"""Flush tests. Group commit is made deterministic with a disk whose fsync of the log blocks
+until the test releases it: writers that arrive during one fsync share the next one; a record
+is not visible until its fsync is done; a failed fsync fences every waiting and later writer.
+Also ASYNC interval flushing and the disk-usage check's cadence."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SMALL, Clock
-from txmq.errors import StoreFencedError
-from txmq.model import RecordDraft
+from txmq.errors import DiskFullError, StoreFencedError
+from txmq.model import FlushMode, RecordDraft
 from txmq.store.disk import FileHandle
 from txmq.store.sim_disk import SimDisk
 from txmq.store.store import Store
@@ -121,4 +123,41 @@ def test_failed_fsync_fences_waiting_and_later_writers(clock: Clock) -> None:
     s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
     assert s.recovery.crashed
     assert s.append(draft(10)).queue_offset >= 1
+    s.close()
+
+
+def test_async_mode_flushes_on_its_interval_without_being_asked(clock: Clock) -> None:
+    cfg = replace(SMALL, flush_mode=FlushMode.ASYNC, flush_interval_ms=20)
+    s = Store.open(ROOT, cfg, now_ms=clock, disk=SimDisk())
+    for i in range(5):
+        s.append(draft(i))
+    assert s.queue_offsets("t", 0) == (0, 5), "ASYNC records are readable at once"
+    wait_until(lambda: s._group.durable_end == s._group.written_end, "the interval flush ran")
+    assert 1 <= s._group.syncs <= 5
+    s.close()
+
+
+class CountingDisk(SimDisk):
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage_calls = 0
+
+    def used_ratio(self, directory: Path) -> float:
+        self.usage_calls += 1
+        return self.used
+
+
+def test_disk_usage_is_checked_every_n_appends_not_each(clock: Clock) -> None:
+    disk = CountingDisk()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    for i in range(600):
+        s.append(draft(i))
+    assert 1 <= disk.usage_calls <= 3, "a frozen clock: only the every-256-appends check"
+    disk.used = 0.99
+    clock.advance(1_000)  # the time-based check sees the full disk at once
+    with pytest.raises(DiskFullError):
+        s.append(draft(600))
+    disk.used = 0.1
+    clock.advance(1_000)
+    s.append(draft(601))  # space freed: writes resume (the error is retriable)
     s.close()
