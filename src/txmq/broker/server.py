@@ -28,8 +28,9 @@ from txmq import errors, limits
 from txmq.broker.clients import Clients, Session
 from txmq.broker.config import BrokerConfig
 from txmq.broker.produce import SendPath
+from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
-from txmq.errors import BadRequestError, ClientIdRequiredError, TxmqError, UnsupportedError
+from txmq.errors import BadRequestError, ClientIdRequiredError, UnsupportedError
 from txmq.model import MessageType, Outcome
 from txmq.protocol import mapping, telemetry
 
@@ -56,21 +57,6 @@ class ConsumeSide(Protocol):
     async def UpdateOffset(self, request: Any, context: Any) -> Any: ...
     async def GetOffset(self, request: Any, context: Any) -> Any: ...
     async def QueryOffset(self, request: Any, context: Any) -> Any: ...
-
-
-def client_id(context: Any) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-client-id":
-            return str(value)
-    return ""
-
-
-def fail(exc: BaseException) -> Any:
-    """The Status for a failed request; unexpected errors are logged with their traceback."""
-    if isinstance(exc, TxmqError):
-        return mapping.error_status(exc)
-    log.error("unexpected error in a handler", exc_info=exc)
-    return mapping.status(errors.CODE_INTERNAL_ERROR, f"internal error: {exc!r}")
 
 
 async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]]) -> Any:
