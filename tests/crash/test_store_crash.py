@@ -39,7 +39,9 @@ class Acks:
         self.batches: list[list[str]] = []  # every batch the child meant to append
 
 
-def run_child(data_dir: Path, round_no: int, rng: random.Random, acks: Acks) -> None:
+def run_child(
+    data_dir: Path, round_no: int, rng: random.Random, acks: Acks, *, min_s: float = 0.0
+) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     threads = rng.choice([1, 4, 8])
     proc = subprocess.Popen(
@@ -50,7 +52,7 @@ def run_child(data_dir: Path, round_no: int, rng: random.Random, acks: Acks) -> 
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(rng.uniform(0.0, 0.15))
+    time.sleep(rng.uniform(min_s, min_s + 0.15))
     proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=30)
     for line in out.splitlines():
@@ -121,7 +123,7 @@ def last_segment(data_dir: Path) -> Path:
 def test_garbage_after_a_killed_tail_is_truncated(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     acks = Acks()
-    run_child(tmp_path, 0, rng, acks)
+    run_child(tmp_path, 0, rng, acks, min_s=0.2)
     seg = last_segment(tmp_path)
     size = seg.stat().st_size
     with seg.open("ab") as f:
@@ -134,7 +136,7 @@ def test_garbage_after_a_killed_tail_is_truncated(tmp_path: Path, seed: int) -> 
 def test_cut_inside_the_last_record_is_truncated(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     acks = Acks()
-    run_child(tmp_path, 0, rng, acks)
+    run_child(tmp_path, 0, rng, acks, min_s=0.2)
     store = Store.open(tmp_path, CONFIG, now_ms=Clock())
     last = store.scan(0, 10**7)[-1]
     store.abandon()
@@ -153,8 +155,10 @@ def test_cut_inside_the_last_record_is_truncated(tmp_path: Path, seed: int) -> N
 def test_flipped_byte_mid_log_is_reported_with_its_offset(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     acks = Acks()
-    run_child(tmp_path, 0, rng, acks)
-    run_child(tmp_path, 1, rng, acks)  # the second run's records lie past its open checkpoint
+    run_child(tmp_path, 0, rng, acks, min_s=0.2)
+    run_child(
+        tmp_path, 1, rng, acks, min_s=0.2
+    )  # the second run's records lie past its open checkpoint
     store = Store.open(tmp_path, CONFIG, now_ms=Clock())
     records = store.scan(0, 10**7)
     store.abandon()

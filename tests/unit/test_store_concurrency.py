@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 from tests.conftest import Clock
@@ -66,11 +67,12 @@ def test_writers_readers_and_retention_together(tmp_path: Path, seed: int) -> No
                 assert r.body == body_of(r.message_id)
 
     def retention() -> None:
-        for _ in range(200):
+        for _ in range(10_000):
             if done.is_set():
                 return
             clock.advance(CONFIG.retention_ms // 20)
             store.delete_expired_segments(keep_from_offset=store.log_end_offset)
+            time.sleep(0.002)
 
     threads = [threading.Thread(target=guard(writer), args=(n,)) for n in range(WRITERS)]
     others = [threading.Thread(target=guard(reader), args=(k,)) for k in range(2)]

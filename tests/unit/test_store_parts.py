@@ -11,6 +11,7 @@ import pytest
 
 from txmq.errors import CorruptRecordError, OffsetNotFoundError
 from txmq.model import RecordDraft
+from txmq.store import index as index_module
 from txmq.store import record as codec
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.commit_log import CommitLog
@@ -147,3 +148,23 @@ def test_checkpoint_round_trip_and_garbage() -> None:
     for raw in (b"", b"{}", b'{"version": 1}', b"\xff"):
         with pytest.raises(CorruptRecordError):
             Checkpoint.decode(raw)
+
+
+def test_index_compaction_drops_dead_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "_COMPACT_MIN_ENTRIES", 10)
+    disk = OsDisk()
+    idx = MessageIndex(tmp_path, disk)
+    for phys in range(100):
+        idx.add([id_hash(f"m{phys}"), key_hash("t", "k")], phys)
+    idx.write_out()
+    assert not idx.compact(40, disk), "fewer than half the entries are dead"
+    assert idx.compact(60, disk)
+    assert idx.entries == 80 and (tmp_path / "index.bin").stat().st_size == 80 * 16
+    assert idx.candidates(id_hash("m70")) == [70] and idx.candidates(id_hash("m10")) == []
+    assert idx.candidates(key_hash("t", "k"))[-1] == 60
+    idx.close()
+    idx = MessageIndex(tmp_path, disk)
+    assert idx.entries == 80 and idx.candidates(id_hash("m99")) == [99]
+    idx.close()

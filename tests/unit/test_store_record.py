@@ -28,7 +28,9 @@ drafts = st.builds(
     flag=st.sampled_from(TxnFlag),
     message_id=text,
     tag=text,
-    keys=st.lists(st.text(min_size=1, max_size=10), max_size=3).map(tuple),
+    keys=st.lists(
+        st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=10), max_size=3
+    ).map(tuple),
     properties=st.dictionaries(text, text, max_size=3),
     born_timestamp_ms=st.integers(0, 2**62),
     born_host=text,
@@ -98,6 +100,7 @@ def test_blank_is_not_a_record() -> None:
         (RecordDraft(topic="t", queue_id=-1, body=b""), IllegalTopicError),
         (RecordDraft(topic="t", queue_id=0, body=b"", tag="x" * 300), IllegalTagError),
         (RecordDraft(topic="t", queue_id=0, body=b"", keys=("",)), IllegalKeyError),
+        (RecordDraft(topic="t", queue_id=0, body=b"", keys=("a\0b",)), IllegalKeyError),
         (RecordDraft(topic="t", queue_id=0, body=b"", keys=("k",) * 40), IllegalKeyError),
     ],
 )

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import CorruptRecordError
 from txmq.model import RecordDraft
+from txmq.store import index as index_module
 from txmq.store.disk import tear_tail
 from txmq.store.store import Store
 
@@ -196,4 +197,25 @@ def test_crash_reopen_keeps_queue_offsets_contiguous(tmp_path: Path, clock: Cloc
     for q in range(2):
         read = s.read_queue("t", q, 0, 100)
         assert [r.queue_offset for r in read.records] == list(range(30))
+    s.close()
+
+
+def test_reopen_after_retention_compacts_the_index(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "_COMPACT_MIN_ENTRIES", 10)
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    for i in range(600):
+        s.append(draft(i, size=1000))
+    clock.advance(SMALL.retention_ms + 1)
+    assert s.delete_expired_segments(keep_from_offset=s.log_end_offset) > 0
+    s.close()
+    before = (tmp_path / "index" / "index.bin").stat().st_size
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    assert (tmp_path / "index" / "index.bin").stat().st_size < before
+    assert s.find_by_message_id("m599") is not None and s.find_by_message_id("m0") is None
+    s.abandon()
+    s = Store.open(tmp_path, SMALL, now_ms=clock)  # the checkpoint matches the compacted index
+    assert s.recovery.crashed and not s.recovery.rebuilt
+    assert s.find_by_key("t", "k598", 1)[0].message_id == "m598"
     s.close()

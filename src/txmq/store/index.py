@@ -17,6 +17,7 @@ serialises writers; readers run under the dispatcher's lock).
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zlib
 from array import array
@@ -25,12 +26,14 @@ from pathlib import Path
 
 import crc32c
 
-from txmq.errors import CorruptRecordError
+from txmq.errors import CorruptRecordError, invariant
 from txmq.store.disk import Disk
 
 ENTRY = struct.Struct(">QQ")
 # Bound on chain steps per lookup, so one hot key cannot make a lookup walk without limit.
 CHAIN_STEPS_MAX = 4096
+# Compaction at open rewrites the file only when at least this many entries are dead.
+_COMPACT_MIN_ENTRIES = 65536
 
 
 def _hash64(raw: bytes) -> int:
@@ -125,6 +128,35 @@ class MessageIndex:
         self._heads.clear()
         for i, (h, _phys) in enumerate(ENTRY.iter_unpack(self.handle.pread(self.size, 0))):
             self._heads[h] = i
+
+    def compact(self, floor: int, disk: Disk) -> bool:
+        """Rewrite the file without entries below ``floor`` (records retention deleted) when
+        they are most of it; True if it did. Entries are in log order, so they are a prefix.
+
+        Call only when a checkpoint follows at once: until then the file is shorter than the
+        last checkpoint says, and a crash in between makes the next open rebuild the index
+        from the log (correct, only slower).
+        """
+        invariant(not self._buf, "compact with buffered entries")
+        dead = bisect.bisect_left(self._phys, floor)
+        if dead < max(_COMPACT_MIN_ENTRIES, len(self._phys) // 2):
+            return False
+        data = self.handle.pread(self.size, 0)[dead * ENTRY.size :]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        out = disk.open(tmp)
+        out.truncate(0)
+        out.pwrite(data, 0)
+        out.sync()
+        out.close()
+        self.handle.close()
+        disk.rename(tmp, self.path)
+        self.handle = disk.open(self.path)
+        self.size = len(data)
+        self._heads.clear()
+        self._prev, self._phys = array("q"), array("q")
+        for h, phys in ENTRY.iter_unpack(data):
+            self._remember(h, phys)
+        return True
 
     def sync(self) -> None:
         if self._dirty:

@@ -69,6 +69,9 @@ class Store:
         crashed = cpfile.crashed(disk, data_dir) or saved is None
         self.recovery: RecoveryReport = recover(self.log, self._dispatcher, saved, crashed=crashed)
         self._drop_expired_entries()
+        # Retention leaves dead index entries behind; drop them here, where a checkpoint
+        # follows at once.
+        self._dispatcher.index.compact(self.log.start_offset, disk)
         self._checkpoint_lock = threading.Lock()
         self._retention_lock = threading.Lock()
         self._checkpointed = -1
