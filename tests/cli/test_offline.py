@@ -190,7 +190,13 @@ def consistent_facts() -> Facts:
         topic_messages=3,
         undecided=0,
         dead_transactions=0,
-        spark=SparkResult(rows=2, orders=3, qty=6),
+        spark=SparkResult(
+            rows=2,
+            orders=3,
+            qty=6,
+            # Dead-lettered "e" is never deducted, and "z" belongs to an earlier run.
+            mismatches={"ordered but not deducted": ["e", "z"], "deducted more than once": []},
+        ),
     )
 
 
@@ -211,6 +217,10 @@ def test_report_consistent_run_passes_every_check() -> None:
         ({"dead_lettered": set()}, "deducted + dead-lettered"),
         ({"spark": SparkResult(rows=2, orders=2, qty=6)}, "Spark: orders"),
         ({"spark_error": "the Spark step failed"}, "Spark step"),
+        (
+            {"spark": SparkResult(2, 3, 6, {"message without an order (leaked rollback)": ["b"]})},
+            "Spark reconciliation",
+        ),
     ],
 )
 def test_report_catches_each_inconsistency(change: dict[str, object], failing: str) -> None:

@@ -35,9 +35,11 @@ FATE_STORY = {
 
 @dataclass(frozen=True)
 class SparkResult:
-    rows: int
-    orders: int
-    qty: int
+    rows: int  # (sku, minute) rows in the aggregate
+    orders: int  # orders counted in the aggregate
+    qty: int  # quantity summed in the aggregate
+    # The reconciliation job's mismatches by kind (None: not run, e.g. orders in PostgreSQL).
+    mismatches: dict[str, list[str]] | None = None
 
 
 @dataclass
@@ -113,6 +115,8 @@ def checks(f: Facts) -> list[Check]:
     ]
     if f.spark_error:
         out.append(Check("Spark step", "ran", f.spark_error, False))
+    if f.spark is not None and f.spark.mismatches is not None:
+        out.append(_check("Spark reconciliation: mismatches", 0, _spark_mismatches(f)))
     if f.spark is not None:
         out.append(
             _check("Spark: orders in the aggregate = committed orders", committed, f.spark.orders)
@@ -125,6 +129,20 @@ def checks(f: Facts) -> list[Check]:
             )
         )
     return out
+
+
+def _spark_mismatches(f: Facts) -> int:
+    """Mismatches Spark found for this run's orders (a reused database may hold earlier runs'),
+    except orders never deducted because they were dead-lettered (the poison SKU:
+    undeliverable by design, and accounted for above)."""
+    assert f.spark is not None and f.spark.mismatches is not None
+    total = 0
+    for kind, ids in f.spark.mismatches.items():
+        mine = [i for i in ids if i in f.fates]
+        if kind == "ordered but not deducted":
+            mine = [i for i in mine if i not in f.dead_lettered]
+        total += len(mine)
+    return total
 
 
 def _fate_matches(f: Facts, should_commit: set[str]) -> int:

@@ -189,8 +189,11 @@ class DemoRun:
             console.print(f"[yellow]skipping the Spark step: {reason}[/yellow]")
             facts.spark_note = f"skipped: {reason}"
             return
-        with console.status("Spark: aggregating the committed order stream per SKU and minute"):
+        with console.status("Spark: aggregating the order stream, reconciling it with both DBs"):
             try:
-                facts.spark = run_spark(endpoints, topic, self.work)
+                sqlite_orders = None if "://" in self.orders_db_url else Path(self.orders_db_url)
+                facts.spark = run_spark(
+                    endpoints, topic, self.work, sqlite_orders, self.work / "inventory.db"
+                )
             except DemoError as exc:
                 facts.spark_error = str(exc)

@@ -40,16 +40,28 @@ BROKER_FLAGS = (
 )
 SETTLE_S = 90.0
 SPARK_TIMEOUT_S = 150.0
+# Runs in a child process: the Spark example jobs from examples/pipeline/, in one session.
+# argv: pipeline dir, endpoints, output dir, topic, orders db (SQLite, or "" to skip
+# reconciliation), inventory db.
 SPARK_JOB = """
 import importlib.util, json, sys
 from pathlib import Path
-spec = importlib.util.spec_from_file_location("orders_per_sku", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-out = Path(sys.argv[3])
-rows = mod.aggregate_orders(sys.argv[2], out / "per-sku-minute.parquet", out / "checkpoint",
-                            topic=sys.argv[4])
-print(json.dumps({"rows": rows}))
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, Path(sys.argv[1]) / (name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+endpoints, out, topic, orders_db, inventory_db = sys.argv[2:7]
+out = Path(out)
+rows = load("orders_per_sku").aggregate_orders(
+    endpoints, out / "per-sku-minute.parquet", out / "checkpoint", topic=topic)
+result = {"rows": rows}
+if orders_db:
+    report = load("reconcile").reconcile(endpoints, Path(orders_db), Path(inventory_db), topic)
+    result["mismatches"] = report.mismatches
+print(json.dumps(result))
 """
 
 
@@ -131,14 +143,18 @@ def spark_skip_reason() -> str | None:
     return None
 
 
-def run_spark(endpoints: str, topic: str, work: Path) -> SparkResult:
-    """The Spark engineer's pipeline, in its own process (its JVM logs go to spark.log)."""
-    job = source_root() / "examples" / "pipeline" / "orders_per_sku.py"
+def run_spark(
+    endpoints: str, topic: str, work: Path, orders_db: Path | None, inventory_db: Path
+) -> SparkResult:
+    """The Spark example jobs (aggregation; reconciliation when the order DB is SQLite) in
+    their own process, whose JVM logs go to spark.log."""
+    jobs = source_root() / "examples" / "pipeline"
     out = work / "spark"
     env = dict(os.environ, PYTHONPATH=str(source_root() / "src"))
+    dbs = [str(orders_db or ""), str(inventory_db)]
     with open(work / "spark.log", "w") as log:
         r = subprocess.run(
-            [sys.executable, "-c", SPARK_JOB, str(job), endpoints, str(out), topic],
+            [sys.executable, "-c", SPARK_JOB, str(jobs), endpoints, str(out), topic, *dbs],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -147,11 +163,17 @@ def run_spark(endpoints: str, topic: str, work: Path) -> SparkResult:
         )
     if r.returncode != 0:
         raise DemoError(f"the Spark step failed (exit {r.returncode}); see {work / 'spark.log'}")
-    rows = int(json.loads(r.stdout.strip().splitlines()[-1])["rows"])
+    result = json.loads(r.stdout.strip().splitlines()[-1])
     import pyarrow.parquet as pq
 
     table = pq.read_table(out / "per-sku-minute.parquet").to_pydict()
-    return SparkResult(rows=rows, orders=int(sum(table["orders"])), qty=int(sum(table["qty"])))
+    mismatches = result.get("mismatches")
+    return SparkResult(
+        rows=int(result["rows"]),
+        orders=int(sum(table["orders"])),
+        qty=int(sum(table["qty"])),
+        mismatches=None if mismatches is None else {k: list(v) for k, v in mismatches.items()},
+    )
 
 
 def topic_messages(endpoints: str, topic: str) -> int:
