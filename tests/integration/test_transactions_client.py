@@ -122,3 +122,21 @@ def test_an_undecided_transaction_survives_a_restart_and_is_resolved(
         assert _receive_all(broker.endpoints, "g-txr", "txr", 1, 2) == [b"across the restart"]
     finally:
         b.shutdown()
+
+
+def test_check_back_reaches_a_producer_that_did_not_declare_the_topic(
+    broker: BrokerProcess,
+) -> None:
+    """The official client sends its topics in Settings at start, once more a second later,
+    then every 5 minutes; a transaction on another topic must still be checked with that
+    producer in between."""
+    checker = Checker(lambda m: R.COMMIT)
+    p = producer(broker.endpoints, ("txd-declared",), checker)
+    try:
+        time.sleep(2.5)  # past the client's early settings re-sync
+        tx = p.begin_transaction()
+        half = p.send(message("txd-other", b"undeclared topic"), tx)
+        wait_until(lambda: half.message_id in checker.calls, 30, "a check-back")
+        assert _receive_all(broker.endpoints, "g-txd", "txd-other", 1, 2) == [b"undeclared topic"]
+    finally:
+        p.shutdown()

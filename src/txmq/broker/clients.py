@@ -96,6 +96,14 @@ class Clients:
         s.last_seen_ms = max(s.last_seen_ms, now_ms)
         return s
 
+    def note_publisher(self, client_id: str, topic: str) -> None:
+        """A client sent a transaction half message to ``topic``: it can answer check-backs for
+        it, even if its Settings did not list the topic (the official client re-sends Settings
+        with newly used topics only every 5 minutes)."""
+        s = self.sessions.get(client_id)
+        if s is not None:
+            s.topics.add(topic)
+
     def remove(self, client_id: str) -> None:
         """Forget a client that said goodbye. Its open streams end on their own; until then
         the session object stays reachable from their handlers, not from here."""

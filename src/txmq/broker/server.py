@@ -265,6 +265,8 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
                 sent = await self.run(self.sends.send, msg, client_id=cid, peer=peer)
                 if sent.deliverable:
                     self.notify_appended(sent.topic, sent.queue_id)
+                if sent.transaction_id and cid:
+                    self.clients.note_publisher(cid, sent.topic)
                 entry = sv.SendResultEntry(
                     status=mapping.status(),
                     message_id=sent.message_id,
