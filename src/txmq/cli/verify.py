@@ -24,6 +24,9 @@ def verify(data_dir: Path) -> dict[str, Any]:
     store_dir = data_dir / "store" if (data_dir / "store").is_dir() else data_dir
     if not (store_dir / "commitlog").is_dir():
         raise BadRequestError(f"{data_dir} is not a txmq data directory (no commitlog/ in it)")
+    if not any(p.name.isdigit() for p in (store_dir / "commitlog").iterdir()):
+        # Opening an empty log would create its first segment: a check must not write.
+        raise BadRequestError(f"{data_dir} has an empty commit log: nothing to verify")
     # Work on a copy of the index/queue files' handles only for reading; nothing is written.
     disk = OsDisk()
     seg_size = _segment_size(store_dir)
