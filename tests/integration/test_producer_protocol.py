@@ -45,6 +45,8 @@ def wire(topic: str, body: bytes = b"x", **sp: Any) -> Any:
     m = pb.Message(body=body)
     m.topic.name = topic
     m.system_properties.message_id = sp.pop("message_id", uuid.uuid4().hex)
+    m.system_properties.keys.extend(sp.pop("keys", []))
+    m.user_properties.update(sp.pop("user", {}))
     for k, v in sp.items():
         setattr(m.system_properties, k, v)
     return m
@@ -79,6 +81,12 @@ def test_refused_sends_answer_a_status_and_store_nothing(broker: BrokerProcess, 
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         ),
         (wire("p1", message_type=pb.DELAY), pb.ILLEGAL_DELIVERY_TIME),
+        (wire("p1", keys=["a\0b"]), pb.ILLEGAL_MESSAGE_KEY),
+        (wire("p1", user={"big": "v" * 40_000}), pb.MESSAGE_PROPERTIES_TOO_LARGE),
+        (
+            wire("p1", user={"big": "v" * 40_000}, message_type=pb.TRANSACTION),
+            pb.MESSAGE_PROPERTIES_TOO_LARGE,
+        ),
     ]
     for msg, code in cases:
         r = send(stub, msg)
