@@ -1,4 +1,10 @@
-"""Prometheus metrics of one broker, in a private registry (so tests can run several brokers)."""
+"""Prometheus metrics of one broker, in a private registry (so tests can run several brokers).
+
+Owns: the metric objects (sends by type, receives, acks, dead letters, check-backs sent,
+transaction outcomes by source, pending/dead/oldest-pending transaction gauges, durable append
+latency). Every part updates them where the event happens; ``app.serve`` exposes the registry
+on ``--metrics-port``. Must not: compute anything or read other parts' state.
+"""
 
 from __future__ import annotations
 
