@@ -6,6 +6,7 @@ a crash or a bad disk would, and reopen."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -218,4 +219,33 @@ def test_reopen_after_retention_compacts_the_index(
     s = Store.open(tmp_path, SMALL, now_ms=clock)  # the checkpoint matches the compacted index
     assert s.recovery.crashed and not s.recovery.rebuilt
     assert s.find_by_key("t", "k598", 1)[0].message_id == "m598"
+    s.close()
+
+
+def test_missing_queue_directory_is_rebuilt(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    for i in range(20):
+        s.append(draft(i, q=i % 2))
+    s.close()
+    shutil.rmtree(tmp_path / "consumequeue" / "t" / "1")
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    assert s.recovery.rebuilt
+    assert s.queue_offsets("t", 1) == (0, 10)
+    s.close()
+
+
+def test_a_fully_expired_queue_keeps_its_offsets(tmp_path: Path, clock: Clock) -> None:
+    cfg = replace(SMALL, consume_queue_entries_per_file=16)
+    s = Store.open(tmp_path, cfg, now_ms=clock)
+    for i in range(32):  # exactly two queue files
+        s.append(draft(i, q=0, size=1000))
+    for i in range(600):
+        s.append(draft(i, q=1, size=1000))
+    clock.advance(cfg.retention_ms + 1)
+    assert s.delete_expired_segments(keep_from_offset=s.log_end_offset) > 0
+    assert s.queue_offsets("t", 0) == (32, 32)
+    s.close()
+    s = Store.open(tmp_path, cfg, now_ms=clock)
+    assert s.queue_offsets("t", 0) == (32, 32)
+    assert s.append(draft(1000, q=0)).queue_offset == 32, "queue offsets never go back"
     s.close()

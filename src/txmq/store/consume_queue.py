@@ -138,7 +138,9 @@ class ConsumeQueue:
     def drop_before(self, queue_offset: int) -> None:
         """Retention: forget entries below ``queue_offset`` and delete whole files below it."""
         self.min_offset = max(self.min_offset, min(queue_offset, self._buf_at))
-        for base in sorted(self.files):
+        # The newest file always stays, even when every entry in it expired: the queue's next
+        # offset is read back from it at open, and queue offsets must never go back.
+        for base in sorted(self.files)[:-1]:
             if base + self.per_file <= self.min_offset:
                 self.files.pop(base).close()
                 self.disk.remove(self.directory / segment_name(base))

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from txmq.errors import CorruptRecordError
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.disk import Disk
@@ -90,6 +91,9 @@ class Dispatcher:
         Raises:
             CorruptRecordError: a derived file is shorter than the checkpoint says.
         """
+        missing = [k for k, n in checkpoint.queues.items() if n and k not in self.queues]
+        if missing:
+            raise CorruptRecordError(-1, f"consume queue {missing[0]} is missing")
         for key, cq in self.queues.items():
             cq.truncate_to(checkpoint.queues.get(key, cq.min_offset))
         self.index.truncate_to(checkpoint.index_entries)

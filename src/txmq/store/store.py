@@ -328,7 +328,7 @@ class Store:
             if scanned >= limits.READ_SCAN_ENTRIES_MAX:
                 break
             chunk = max_count - len(out) if wanted is None else limits.READ_BATCH_MAX
-            entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
+            next_offset, entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
             for phys, _size, thash in entries:
                 if len(out) >= max_count:
                     break
@@ -343,9 +343,14 @@ class Store:
                 break
         return QueueRead(tuple(out), next_offset, lo, hi)
 
-    def _entries(self, cq: ConsumeQueue, start: int, count: int) -> list[tuple[int, int, int]]:
+    def _entries(
+        self, cq: ConsumeQueue, start: int, count: int
+    ) -> tuple[int, list[tuple[int, int, int]]]:
+        """(where they start, entries): retention may have moved the queue's start past
+        ``start`` since the caller looked, and then the entries begin there."""
         with self._dispatcher.lock:
-            return cq.entries(max(start, cq.min_offset), count)
+            at = max(start, cq.min_offset)
+            return at, cq.entries(at, count)
 
     def _read_live(self, physical_offset: int) -> Record | None:
         """Read a record a queue or the index points at; None if retention deleted it."""
