@@ -1,12 +1,13 @@
 """Model-based test of Store (hypothesis stateful) on the simulated disk.
 
-Goal: any sequence of appends, batches, reads, flushes, retention, clean reopens and simulated
-power losses leaves the store agreeing with a plain in-memory model. Method: the model keeps
-the records the store acknowledged as durable (SYNC appends, or ASYNC ones after ``flush``)
-and the ASYNC batches still in doubt. After a crash (``SimDisk.crash``: unsynced bytes lost, the
-last write possibly torn) the store must hold every durable record plus a whole-batch prefix of
-the doubtful ones, and its queues, index and scans must agree with that. The ASYNC interval is
-the maximum, so only explicit flushes sync and each example replays exactly.
+Goal: any sequence of appends, batches, reads, flushes, retention, clean reopens, failed
+fsyncs and simulated power losses leaves the store agreeing with a plain in-memory model.
+Method: the model keeps the records the store acknowledged as durable (SYNC appends, or ASYNC
+ones after ``flush``) and the batches still in doubt (ASYNC, or caught by a failed fsync).
+After a crash (``SimDisk.crash``: unsynced bytes lost, the last write possibly torn) the store
+must hold every durable record plus a whole-batch prefix of the doubtful ones, and its queues,
+index and scans must agree with that. The ASYNC interval is the maximum, so only explicit
+flushes sync and each example replays exactly.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.conftest import Clock
+from txmq.errors import StoreFencedError
 from txmq.model import OP_TOPIC, FlushMode, RecordDraft, TxnFlag
 from txmq.store.config import StoreConfig
 from txmq.store.sim_disk import SimDisk
@@ -120,6 +123,22 @@ class StoreModel(RuleBasedStateMachine):
     def append_many(self, batch: list[Rec]) -> None:
         self._write(batch)
 
+    @precondition(lambda self: self.config is SYNC)
+    @rule(rec=records, seed=st.integers(0, 2**32))
+    def fsync_fails(self, rec: Rec, seed: int) -> None:
+        """A failed fsync fences the store; the record in flight is in doubt until a restart
+        recovers from what the disk really kept."""
+        self.disk.fsync_error_after = self.disk.syncs
+        rec.message_id = f"m{self.n}"
+        self.n += 1
+        with pytest.raises(StoreFencedError):
+            self.store.append(rec.draft())
+        with pytest.raises(StoreFencedError):
+            self.store.append(rec.draft())
+        self.doubtful.append([rec])
+        self.disk.fsync_error_after = None
+        self.crash(seed, torn=True, async_mode=False)
+
     @rule()
     def flush(self) -> None:
         self.store.flush()
@@ -162,7 +181,8 @@ class StoreModel(RuleBasedStateMachine):
         self.config = ASYNC if async_mode else SYNC
         self.store = Store.open(ROOT, self.config, now_ms=self.clock, disk=self.disk)
         assert self.store.recovery.crashed
-        got = [r.message_id for r in self.store.scan(0, 1_000_000)]
+        scanned = self.store.scan(0, 1_000_000)
+        got = [r.message_id for r in scanned]
         base = [r.message_id for r in self.durable]
         assert got[: len(base)] == base, "every durable record survives, in order"
         extra, kept, flat = got[len(base) :], 0, []
@@ -172,7 +192,11 @@ class StoreModel(RuleBasedStateMachine):
             flat += [r.message_id for r in batch]
             kept = i + 1
         assert flat == extra, "unflushed records survive only as a prefix of whole batches"
+        where = {r.message_id: r for r in scanned}
         for batch in self.doubtful[:kept]:
+            for r in batch:  # a fenced append never learned its offsets
+                r.physical_offset = where[r.message_id].physical_offset
+                r.queue_offset = where[r.message_id].queue_offset
             self.durable.extend(batch)
         self.doubtful = []
         self.next_queue = {}
