@@ -44,14 +44,15 @@ def _producer(endpoints: str, topic: str, checker: Any = None) -> Any:
 
 
 def _cli_checker() -> Any:
-    """The client requires a checker for transactions. This process exits right after
-    sending, so a check-back never reaches it: an undecided (--outcome none) transaction is
-    then resolved by the broker's max-checks rollback or an operator."""
+    """The client requires a checker for transactions. This process has no local state to
+    consult, so a check-back that reaches it before it exits is told to ask later; an undecided
+    (--outcome none) transaction waits for another producer of the topic, the broker's
+    max-checks rollback or an operator (``txmq txn resolve``)."""
     from rocketmq import TransactionChecker, TransactionResolution
 
     class _Checker(TransactionChecker):  # type: ignore[misc]
         def check(self, message: Any) -> Any:
-            return TransactionResolution.ROLLBACK
+            return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
 
     return _Checker()
 
