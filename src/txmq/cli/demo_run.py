@@ -133,7 +133,9 @@ class DemoRun:
         """Wait (bounded) until no transaction is undecided and every committed order is
         deducted or dead-lettered. Returns False at the deadline; the report shows what's off."""
         in_doubt = sum(1 for o in self.plan if o.fate in ("hang", *self.order_service.CRASH_FATES))
-        deadline = time.monotonic() + SETTLE_S
+        # Bounded, but long enough for big runs: consumers handle well over 50 orders a second.
+        settle_s = SETTLE_S + len(self.plan) / 50
+        deadline = time.monotonic() + settle_s
         with progress_bar() as progress:
             checks = progress.add_task("check-back: in-doubt orders decided", total=in_doubt)
             handled = progress.add_task("inventory: committed orders handled", total=None)
@@ -153,7 +155,7 @@ class DemoRun:
                 if inventory.error is not None:
                     return False
                 time.sleep(POLL_S)
-        console.print(f"[yellow]not settled after {SETTLE_S:.0f}s[/yellow]")
+        console.print(f"[yellow]not settled after {settle_s:.0f}s[/yellow]")
         return False
 
     def _facts(
