@@ -23,13 +23,15 @@ from txmq.store.record import Entry, enters_queue
 
 
 class Dispatcher:
-    def __init__(self, data_dir: Path, disk: Disk, entries_per_file: int) -> None:
+    def __init__(
+        self, data_dir: Path, disk: Disk, entries_per_file: int, *, load_index: bool = True
+    ) -> None:
         self.root = data_dir / "consumequeue"
         self.disk = disk
         self.entries_per_file = entries_per_file
         self.lock = threading.Lock()
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.index = MessageIndex(data_dir / "index", disk)
+        self.index = MessageIndex(data_dir / "index", disk, load=load_index)
         self.end = 0
         # Recovery after retention may rebuild a queue whose first records are gone.
         self.allow_late_start = False

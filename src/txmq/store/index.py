@@ -59,7 +59,7 @@ def hashes_of(topic: str, message_id: str, keys: Iterable[str]) -> list[int]:
 
 
 class MessageIndex:
-    def __init__(self, directory: Path, disk: Disk) -> None:
+    def __init__(self, directory: Path, disk: Disk, *, load: bool = True) -> None:
         disk.makedirs(directory)
         self.path = directory / "index.bin"
         self.handle = disk.open(self.path)
@@ -69,7 +69,8 @@ class MessageIndex:
         self._buf = bytearray()
         size = self.handle.size()
         self.size = size - size % ENTRY.size  # drop a torn trailing entry
-        data = self.handle.pread(self.size, 0)
+        # Without ``load`` the chains stay empty: for a caller about to wipe and rebuild.
+        data = self.handle.pread(self.size, 0) if load else b""
         for h, phys in ENTRY.iter_unpack(data):
             self._remember(h, phys)
         self._dirty = False

@@ -64,8 +64,11 @@ class Store:
         self.disk = disk
         disk.makedirs(data_dir)
         self.log = CommitLog(data_dir / "commitlog", disk, config.segment_size_bytes)
-        self._dispatcher = Dispatcher(data_dir, disk, config.consume_queue_entries_per_file)
         saved = cpfile.load(disk, data_dir)
+        # No checkpoint means recovery rebuilds the index anyway: do not load it first.
+        self._dispatcher = Dispatcher(
+            data_dir, disk, config.consume_queue_entries_per_file, load_index=saved is not None
+        )
         crashed = cpfile.crashed(disk, data_dir) or saved is None
         self.recovery: RecoveryReport = recover(self.log, self._dispatcher, saved, crashed=crashed)
         self._drop_expired_entries()
