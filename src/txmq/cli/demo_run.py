@@ -62,7 +62,7 @@ class DemoRun:
         topic = osvc.TOPIC if embedded else f"{osvc.TOPIC}-{self.run_id}"
         group = isvc.GROUP if embedded else f"{isvc.GROUP}-{self.run_id}"
         call(endpoints, "TopicCreate", {"name": topic, "queues": 4, "type": "transaction"})
-        console.print(f"broker at {endpoints}; topic {topic}; work dir {self.work}")
+        console.print(f"broker at {endpoints}; topic {topic}")
         db = osvc.OrderDb(self.orders_db_url)
         service = osvc.OrderService(endpoints, db, topic=topic)
         inventory = isvc.InventoryService(
