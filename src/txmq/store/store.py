@@ -254,6 +254,7 @@ class Store:
         the process had died. For crash tests over a simulated disk."""
         with self._group.lock:
             self._closed = True
+            self._group.fence("the store was abandoned")  # wakes waiting writers with an error
         self._group.stop(flush=False)
 
     def _check_open(self) -> None:
