@@ -1,1 +1,0 @@
-"""The order/inventory demo (the seeds\x27 story), used by ``txmq demo`` and examples/."""
