@@ -15,7 +15,7 @@ from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from txmq import errors, limits
+from txmq import limits
 from txmq.errors import (
     CODE_OK,
     IllegalDeliveryTimeError,
@@ -48,23 +48,8 @@ WIRE_TYPES: Mapping[MessageType, int] = {
 MODEL_TYPES: Mapping[int, MessageType] = {v: k for k, v in WIRE_TYPES.items()}
 
 
-# txmq.errors numbers UNSUPPORTED and its two siblings 50100..50102, but the v2 protocol the
-# official clients speak numbers them 50500..50502 (50100 is NOT_IMPLEMENTED there), and the
-# clients map codes by number. Translate at the wire boundary, by name, so the table stays
-# right whether or not errors.py is renumbered later.
-_WIRE_CODE_BY_NAME = ("UNSUPPORTED", "VERSION_UNSUPPORTED", "VERIFY_FIFO_MESSAGE_UNSUPPORTED")
-_WIRE_CODES: Mapping[int, int] = {
-    int(getattr(errors, f"CODE_{name}")): int(pb.Code.Value(name)) for name in _WIRE_CODE_BY_NAME
-}
-
-
-def wire_code(code: int) -> int:
-    """The v2 protocol number for a txmq error code."""
-    return _WIRE_CODES.get(code, code)
-
-
 def status(code: int = CODE_OK, message: str = "OK") -> Any:
-    return pb.Status(code=wire_code(code), message=message)
+    return pb.Status(code=code, message=message)
 
 
 def error_status(exc: TxmqError) -> Any:
