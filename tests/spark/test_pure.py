@@ -131,3 +131,15 @@ def test_ledger_resolver_over_a_real_store(tmp_path: Path) -> None:
             ledger.resolve(_half("a", batch="9"))
     finally:
         store.close()
+
+
+def test_missing_java_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from txmq.spark.session import JavaMissingError, require_java
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(JavaMissingError, match="has no bin/java"):
+        require_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaMissingError, match="Spark needs Java 17\\+ and none was found"):
+        require_java()

@@ -18,6 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -246,21 +247,33 @@ class BrokerClient:
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Any]:
         """Every message with ``start <= queue_offset < end``, in order.
 
+        The next pull is in flight while the caller consumes the current one, so the broker
+        serves it while the caller converts rows.
+
         Raises IllegalOffsetError when ``start`` is below the retained range, and
         RemoteProtocolError when the queue ends before ``end`` (a range is only ever built
         from offsets the broker reported, so a short queue means lost data, never "done").
         """
-        offset = start
-        while offset < end:
-            got = self.pull(topic, queue_id, offset, end - offset)
-            for m in got.messages:
-                if m.system_properties.queue_offset < end:
-                    yield m
-            if got.next_offset <= offset:
-                raise RemoteProtocolError(
-                    f"queue {topic}/{queue_id} ends at {offset}, before offset {end} it reported"
-                )
-            offset = got.next_offset
+        if start >= end:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="txmq-pull") as pool:
+            offset = start
+            ahead = pool.submit(self.pull, topic, queue_id, offset, end - offset)
+            while True:
+                got = ahead.result()
+                if got.next_offset <= offset:
+                    raise RemoteProtocolError(
+                        f"queue {topic}/{queue_id} ends at {offset}, before offset {end} it "
+                        "reported"
+                    )
+                offset = got.next_offset
+                if offset < end:
+                    ahead = pool.submit(self.pull, topic, queue_id, offset, end - offset)
+                for m in got.messages:
+                    if m.system_properties.queue_offset < end:
+                        yield m
+                if offset >= end:
+                    return
 
     # --- Sending and deciding. ----------------------------------------------------------------
 
