@@ -1,12 +1,14 @@
 """Group commit: the writers' lock, the flusher thread, durability waits and fencing.
 
-Owns: ``GroupCommit``. Writers hold ``lock`` while they write a record (page cache only), hand
-its dispatch entry to ``add`` and, in SYNC mode, wait in ``wait_durable``. One flusher thread
-takes everything written when it wakes, runs ``sync_log`` (one fdatasync), then ``publish``es
-the entries (to consume queues and the index) and only then moves ``durable_end`` and wakes
-every writer it covered. So one fsync serves every writer that arrived meanwhile, and a record
-is visible to readers only once durable. In ASYNC mode ``add`` publishes at once and the flusher
-syncs once per ``flush_interval_ms`` (or when ``flush`` asks).
+Owns: ``GroupCommit``. Writers hold ``lock`` while they write a record (page cache only) and
+hand its dispatch entry to ``add``, which returns the Event of the group the write joined; in
+SYNC mode they then release the lock and wait on that Event (``wait_durable``). One flusher
+thread takes everything written when it wakes, starts a new group, runs ``sync_log`` (one
+fdatasync), ``publish``es the entries (to consume queues and the index), moves
+``durable_end`` and sets the group's Event. So one fsync serves every writer that arrived
+meanwhile, a record is visible to readers only once durable, and waking a group's writers never
+goes through the writer lock. In ASYNC mode ``add`` publishes at once and the flusher syncs
+once per ``flush_interval_ms`` (or when ``flush`` asks).
 
 A failed fsync (or any OSError in the flusher) fences: every waiting and later writer gets
 StoreFencedError. The fsync is never retried (ADR 0001: after a failed fsync the kernel may
@@ -38,10 +40,14 @@ class GroupCommit:
         after_flush: Callable[[int], None],
     ) -> None:
         self.lock = threading.Lock()
-        # Two conditions on one lock: writers wake only the flusher (``_work``), the flusher
-        # wakes only the writers (``_durable``), so an append does not wake every waiting writer.
+        # Writers wake only the flusher (``_work``). SYNC writers wait, without the writer lock,
+        # on the Event of the group their write belongs to (``_group``): the flusher sets it
+        # once that group is durable, so waking them costs no trip through the writer lock.
+        # ``_durable`` wakes ``flush()`` callers.
         self._work = threading.Condition(self.lock)
         self._durable = threading.Condition(self.lock)
+        self._group = threading.Event()
+        self._in_flight: threading.Event | None = None
         self._sync_mode = sync_mode
         self._interval_s = interval_ms / 1000.0
         self._sync_log = sync_log
@@ -65,36 +71,42 @@ class GroupCommit:
         if self.fenced:
             raise StoreFencedError(self.fenced)
 
-    def add(self, entries: Sequence[Entry], end: int) -> None:
-        """Record that bytes up to ``end`` are written; ``entries`` await durability."""
+    def add(self, entries: Sequence[Entry], end: int) -> threading.Event | None:
+        """Record that bytes up to ``end`` are written; ``entries`` await durability.
+
+        Returns the Event to pass to ``wait_durable`` (SYNC), or None (ASYNC: published now).
+        """
         invariant(end >= self.written_end, "written end moves forward only")
         self.written_end = end
-        if self._sync_mode:
-            self._pending.extend(entries)
-            self._work.notify()
-        else:
-            self._publish(entries, end)
-
-    def wait_durable(self, end: int) -> None:
-        """SYNC: block until an fsync covers ``end``. ASYNC: return at once.
-
-        Raises:
-            StoreFencedError: the fsync that would have covered ``end`` failed.
-        """
         if not self._sync_mode:
-            return
-        while self.durable_end < end and not self.fenced:
-            self._durable.wait()
-        if self.durable_end < end:
-            raise StoreFencedError(self.fenced)
+            self._publish(entries, end)
+            return None
+        self._pending.extend(entries)
+        self._work.notify()
+        return self._group
 
     def fence(self, reason: str) -> None:
         if not self.fenced:
             self.fenced = reason
+        self._group.set()
+        if self._in_flight is not None:
+            self._in_flight.set()
         self._durable.notify_all()
         self._work.notify_all()
 
     # --- Called without ``lock``. ----------------------------------------------------------------
+
+    def wait_durable(self, group: threading.Event | None, end: int) -> None:
+        """SYNC: block until the fsync of ``group`` (from ``add``) covers ``end``.
+
+        Raises:
+            StoreFencedError: the fsync that would have covered ``end`` failed.
+        """
+        if group is None:
+            return
+        group.wait()  # Always set: by the flusher after the fsync, or by fence().
+        if self.durable_end < end:
+            raise StoreFencedError(self.fenced)
 
     def flush(self) -> None:
         """Block until everything written so far is durable (either mode)."""
@@ -119,8 +131,9 @@ class GroupCommit:
 
     # --- The flusher thread. ---------------------------------------------------------------------
 
-    def _take(self) -> tuple[int, list[Entry]] | None:
-        """Wait for work; return (target end, entries to publish) or None to exit."""
+    def _take(self) -> tuple[int, list[Entry], threading.Event] | None:
+        """Wait for work; return (target end, entries to publish, the group's Event) or None
+        to exit. Writers that write after this join the next group."""
         with self.lock:
             while True:
                 if self._halted or self.fenced:
@@ -136,14 +149,16 @@ class GroupCommit:
                     break  # The interval passed: flush what ASYNC writers left in the page cache.
             self._flush_requested = False
             batch, self._pending = self._pending, []
-            return self.written_end, batch
+            group, self._group = self._group, threading.Event()
+            self._in_flight = group
+            return self.written_end, batch, group
 
     def _run(self) -> None:
         while True:
             work = self._take()
             if work is None:
                 return
-            target, batch = work
+            target, batch, group = work
             try:
                 self._sync_log()
                 self.syncs += 1
@@ -155,7 +170,9 @@ class GroupCommit:
                 return
             with self.lock:
                 self.durable_end = max(self.durable_end, target)
+                self._in_flight = None
                 self._durable.notify_all()
+            group.set()
             try:
                 self._after_flush(target)
             except OSError as exc:

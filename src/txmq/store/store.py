@@ -10,10 +10,11 @@ Theory of operation
 -------------------
 ``append_many`` validates and encodes its drafts, then under the writer lock assigns queue
 offsets, reserves room for the whole batch in one segment, writes it with one pwrite and hands
-the dispatch entries to the group commit. In SYNC mode it then waits until the flusher's
-fdatasync covers its bytes; the flusher dispatches the covered records to queues and index
-before waking the writers, so a record is readable exactly when it is durable ("visible end",
-``log_end_offset``). ASYNC mode dispatches at once and fsyncs every ``flush_interval_ms``.
+the dispatch entries to the group commit. In SYNC mode it then releases the lock and waits
+until the flusher's fdatasync covers its bytes; the flusher dispatches the covered records to
+queues and index before waking the writers, so a record is readable exactly when it is
+durable ("visible end", ``log_end_offset``). ASYNC mode dispatches at once and fsyncs every
+``flush_interval_ms``.
 
 Checkpoints (after every ``_CHECKPOINT_EVERY_BYTES`` flushed, at retention and at close) sync
 queues and index and record their sizes, bounding recovery work after a crash.
@@ -137,9 +138,9 @@ class Store:
         with self._group.lock:
             self._check_writable()
             now = max(self.now_ms(), self._last_store_ms)
-            results, end = self._write_locked(drafts, now)
+            results, end, group = self._write_locked(drafts, now)
             self._last_store_ms = now
-            self._group.wait_durable(end)
+        self._group.wait_durable(group, end)
         return results
 
     def _check_writable(self) -> None:
@@ -156,8 +157,9 @@ class Store:
 
     def _write_locked(
         self, drafts: Sequence[RecordDraft], now: int
-    ) -> tuple[list[AppendResult], int]:
-        """Encode, place and write a batch under the writer lock; returns results and end."""
+    ) -> tuple[list[AppendResult], int, threading.Event | None]:
+        """Encode, place and write a batch under the writer lock; returns the results, the end
+        offset and the group-commit Event to wait on (None in ASYNC mode)."""
         assigned: dict[tuple[str, int], int] = {}
         bufs: list[bytearray] = []
         qoffs: list[int] = []
@@ -192,11 +194,11 @@ class Store:
         try:
             self.log.write(phys, b"".join(parts))
             self._next_queue_offset.update(assigned)
-            self._group.add(entries, at)
+            group = self._group.add(entries, at)
         except OSError as exc:
             self._group.fence(f"writing the log failed: {exc}")
             raise StoreFencedError(self._group.fenced) from exc
-        return results, at
+        return results, at, group
 
     def flush(self) -> None:
         """Make everything appended so far durable (useful in ASYNC mode).
