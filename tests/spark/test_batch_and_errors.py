@@ -44,6 +44,21 @@ def test_schema_is_exact_and_registration_is_explicit_too(
     )
     rows = df.collect()
     assert len(rows) == 3 and all(r.topic == "schema" and r.store_timestamp for r in rows)
+    # Arrow carries UTC instants: another session time zone reads the same instants.
+    millis = "sort_array(collect_list(unix_millis(store_timestamp)))"
+    in_utc = df.selectExpr(millis).first()[0]
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        assert df.selectExpr(millis).first()[0] == in_utc
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    with BrokerClient(spark_broker.endpoints) as broker:
+        stored = [
+            m.system_properties.store_timestamp.ToMilliseconds()
+            for q in range(4)
+            for m in broker.read_range("schema", q, 0, broker.query_offset("schema", q, "latest"))
+        ]
+    assert in_utc == sorted(stored)
 
 
 def test_batch_read_by_offset_range(spark_broker: BrokerProcess, spark: Any, seed: int) -> None:
