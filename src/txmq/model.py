@@ -172,3 +172,31 @@ PROP_CLIENT_ID: Final = "TXMQ_CLIENT_ID"
 PROP_DECISION_SOURCE: Final = "TXMQ_DECISION_SOURCE"
 PROP_CHECK_NUMBER: Final = "TXMQ_CHECK_NUMBER"
 PROP_HALF_OFFSET: Final = "TXMQ_HALF_OFFSET"
+
+
+def message_draft(
+    rec: Record,
+    *,
+    topic: str,
+    queue_id: int,
+    properties: Mapping[str, str],
+    flag: TxnFlag = TxnFlag.NORMAL,
+    prepared_offset: int = -1,
+    reconsume_times: int | None = None,
+) -> RecordDraft:
+    """The same message (id, body, tag, keys, born time and host) as a new draft elsewhere: a
+    commit into its real topic, a delay release, a dead copy, a DLQ copy."""
+    return RecordDraft(
+        topic=topic,
+        queue_id=queue_id,
+        body=rec.body,
+        flag=flag,
+        message_id=rec.message_id,
+        tag=rec.tag,
+        keys=rec.keys,
+        properties=properties,
+        born_timestamp_ms=rec.born_timestamp_ms,
+        born_host=rec.born_host,
+        reconsume_times=rec.reconsume_times if reconsume_times is None else reconsume_times,
+        prepared_offset=prepared_offset,
+    )

@@ -10,7 +10,7 @@ import pytest
 from rocketmq import TransactionResolution
 
 from tests.integration.clients import Checker, consumer, drain, message, producer
-from tests.integration.conftest import BrokerProcess
+from tests.integration.conftest import BrokerProcess, wait_until
 
 
 def test_send_with_keys_and_tags_then_filtered_receive(broker: BrokerProcess) -> None:
@@ -75,6 +75,8 @@ def test_transactions_commit_rollback_and_check_back(
         c = consumer(broker.endpoints, "g-tx", "tx1")
         want = 2 if answer == TransactionResolution.COMMIT else 1
         got = drain(c, want, 25)
+        # Under load the check-back can come after the drain: wait for it before the last look.
+        wait_until(lambda: undecided.message_id in checker.calls, 30, "the check-back")
         time.sleep(1.5)
         got += c.receive(32, 2) or []
         bodies = sorted(m.body for m in got)

@@ -88,7 +88,7 @@ def record(**over: Any) -> Record:
 def test_every_error_code_is_the_v2_protocol_code_of_the_same_name() -> None:
     for name in dir(errors):
         if name.startswith("CODE_"):
-            assert getattr(errors, name) == pb.Code.Value(name[len("CODE_"):]), name
+            assert getattr(errors, name) == pb.Code.Value(name[len("CODE_") :]), name
 
 
 def test_unsupported_uses_the_number_the_official_client_maps_to_unsupported() -> None:

@@ -38,7 +38,7 @@ from txmq.model import (
     PROP_ORIGIN_MESSAGE_ID,
     PROP_REAL_TOPIC,
     MessageType,
-    RecordDraft,
+    message_draft,
 )
 from txmq.protocol import mapping
 from txmq.store.store import Store
@@ -149,17 +149,8 @@ class ConsumeRpcs:
         props[PROP_ORIGIN_MESSAGE_ID] = rec.message_id
         props[PROP_REAL_TOPIC] = rec.topic
         props[PROP_DELIVERY_ATTEMPT] = str(dead.attempts)
-        draft = RecordDraft(
-            topic=topic,
-            queue_id=0,
-            body=rec.body,
-            message_id=rec.message_id,
-            tag=rec.tag,
-            keys=rec.keys,
-            properties=props,
-            born_timestamp_ms=rec.born_timestamp_ms,
-            born_host=rec.born_host,
-            reconsume_times=dead.attempts,
+        draft = message_draft(
+            rec, topic=topic, queue_id=0, properties=props, reconsume_times=dead.attempts
         )
         self.store.append(draft)
         self.positions.settle(dead)

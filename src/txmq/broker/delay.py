@@ -26,6 +26,7 @@ from txmq.model import (
     AppendResult,
     Record,
     RecordDraft,
+    message_draft,
 )
 from txmq.store.disk import Disk
 from txmq.store.store import Store
@@ -138,14 +139,10 @@ def released_draft(rec: Record) -> RecordDraft:
     props = {
         k: v for k, v in rec.properties.items() if k not in (PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID)
     }
-    return RecordDraft(
+    return message_draft(
+        rec,
         topic=rec.properties[PROP_REAL_TOPIC],
         queue_id=int(rec.properties[PROP_REAL_QUEUE_ID]),
-        body=rec.body,
-        message_id=rec.message_id,
-        tag=rec.tag,
-        keys=rec.keys,
         properties=props,
-        born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host,
+        reconsume_times=0,
     )

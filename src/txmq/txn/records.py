@@ -42,6 +42,7 @@ from txmq.model import (
     Record,
     RecordDraft,
     TxnFlag,
+    message_draft,
 )
 from txmq.txn.book import Decided, Txn, TxnBook, TxnState
 
@@ -129,18 +130,12 @@ def txn_of_half(half: Record, *, default_timeout_ms: int, claimed: bool) -> Txn:
 def commit_draft(half: Record, source: DecisionSource) -> RecordDraft:
     props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPS}
     props[PROP_DECISION_SOURCE] = source.value
-    return RecordDraft(
+    return message_draft(
+        half,
         topic=half.properties[PROP_REAL_TOPIC],
         queue_id=int(half.properties[PROP_REAL_QUEUE_ID]),
-        body=half.body,
-        flag=TxnFlag.COMMIT,
-        message_id=half.message_id,
-        tag=half.tag,
-        keys=half.keys,
         properties=props,
-        born_timestamp_ms=half.born_timestamp_ms,
-        born_host=half.born_host,
-        reconsume_times=half.reconsume_times,
+        flag=TxnFlag.COMMIT,
         prepared_offset=half.physical_offset,
     )
 
@@ -167,17 +162,13 @@ def rollback_drafts(txn: Txn, source: DecisionSource, half: Record | None) -> li
         props = dict(half.properties)
         props[PROP_DECISION_SOURCE] = source.value
         drafts.append(
-            RecordDraft(
+            message_draft(
+                half,
                 topic=DEAD_TRANSACTION_TOPIC,
                 queue_id=0,
-                body=half.body,
-                message_id=half.message_id,
-                tag=half.tag,
-                keys=half.keys,
                 properties=props,
-                born_timestamp_ms=half.born_timestamp_ms,
-                born_host=half.born_host,
                 prepared_offset=half.physical_offset,
+                reconsume_times=0,
             )
         )
     return drafts
