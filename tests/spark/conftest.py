@@ -4,6 +4,7 @@ messages over raw gRPC and to run a Spark driver in a child process the test can
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import subprocess
@@ -20,6 +21,10 @@ from txmq.errors import TxmqError
 from txmq.spark.client import BrokerClient, build_message
 
 CHILD = Path(__file__).with_name("spark_child.py")
+
+# Without the spark extra (pyspark, pyarrow) only the pure tests can run.
+if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
+    collect_ignore_glob = ["test_[!p]*.py", "test_pipeline.py", "spark_child.py"]
 
 
 def java_problem() -> str | None:
