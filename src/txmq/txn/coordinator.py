@@ -537,7 +537,7 @@ class Transactions:
             offset = max(offset, loaded)
         end = self.store.log_end_offset
         if offset > end:
-            # The store salvaged a damaged log below the snapshot. Keep what the snapshot knows
+            # The log ends below the snapshot (a tail was truncated). Keep what the snapshot knows
             # (every decision in it was acknowledged) and replay what the log still has after
             # ``end``; rewrite the snapshot now so later records are not skipped.
             log.warning("transaction snapshot offset %d is past the log end %d", offset, end)
