@@ -175,8 +175,12 @@ class OrderDb:
 class OrderChecker(TransactionChecker):  # type: ignore[misc]
     """Check-back: the order row exists exactly when its local transaction committed."""
 
-    def __init__(self, db: OrderDb) -> None:
+    def __init__(self, db: OrderDb, *, local_txn_max_ms: int = 6_000) -> None:
         self.db = db
+        # The longest a local transaction may run. Another instance's transaction is invisible
+        # to this one until it commits, so "no row" means "never" only once the half message is
+        # older than this; before that the honest answer is "ask later".
+        self.local_txn_max_ms = local_txn_max_ms
         self.lock = threading.Lock()
         self.inflight: set[str] = set()
         self.answers = {"commit": 0, "rollback": 0, "ask-later": 0}
@@ -202,6 +206,12 @@ class OrderChecker(TransactionChecker):  # type: ignore[misc]
             self.answers["ask-later"] += 1
             return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
         committed = self.db.exists(order_id)
+        born_ms = message.born_timestamp or 0
+        if not committed and time.time() * 1000 - born_ms < self.local_txn_max_ms:
+            # Maybe still running in another instance of this service (this check may reach
+            # any live instance): answering ROLLBACK now could contradict its commit.
+            self.answers["ask-later"] += 1
+            return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
         self.answers["commit" if committed else "rollback"] += 1
         return TransactionResolution.COMMIT if committed else TransactionResolution.ROLLBACK
 
