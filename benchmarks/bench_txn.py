@@ -44,7 +44,7 @@ def compare(threads: int, seconds: float, slices: int) -> float:
     d = Path(tempfile.mkdtemp(prefix="txmq-bench-tx-", dir=os.environ.get("TXMQ_BENCH_DIR")))
     try:
         store = Store.open(d / "store", CONFIG, now_ms=clock)
-        tx = Transactions.open(store, data_dir=d, now_ms=clock)
+        tx = Transactions(store, data_dir=d, now_ms=clock)
 
         def plain(k: int, i: int) -> None:
             store.append(RecordDraft(topic="p", queue_id=k % 4, body=BODY, message_id=f"{k}-{i}"))

@@ -41,7 +41,7 @@ def wall_ms() -> int:
 
 def open_transactions(data_dir: Path, now_ms: object = wall_ms) -> tuple[Store, Transactions]:
     store = Store.open(data_dir / "store", CONFIG, now_ms=wall_ms)
-    tx = Transactions.open(
+    tx = Transactions(
         store,
         data_dir=data_dir,
         timeout_ms=TIMEOUT_MS,

@@ -44,7 +44,7 @@ def open_tx(path: Path, clock: Clock, **kw: object) -> tuple[Store, Transactions
     store = Store.open(path / "store", SMALL, now_ms=clock)
     opts: dict[str, object] = dict(timeout_ms=1000, check_interval_ms=2000, check_max=3)
     opts.update(kw)
-    return store, Transactions.open(store, data_dir=path, now_ms=clock, **opts)  # type: ignore[arg-type]
+    return store, Transactions(store, data_dir=path, now_ms=clock, **opts)  # type: ignore[arg-type]
 
 
 def draft(n: int, topic: str = "orders", **props: str) -> RecordDraft:

@@ -8,8 +8,8 @@ injected).
 
 API (all methods are thread-safe and may block on the store's fsync)::
 
-    tx = Transactions.open(store, data_dir=d, timeout_ms=6000, check_interval_ms=30000,
-                           check_max=15, now_ms=clock, resolvers=[...])
+    tx = Transactions(store, d, timeout_ms=6000, check_interval_ms=30000,
+                      check_max=15, now_ms=clock, resolvers=[...])
     tid, res = tx.prepare(draft, producer_group=g, transaction_id="", client_id=cid,
                           check_immunity_ms=None)   # half message durable; tid generated if ""
     tx.end(tid, commit=True, source=DecisionSource.PRODUCER, message_id="") -> Outcome
@@ -138,28 +138,6 @@ class Transactions:
         self._halves: OrderedDict[str, Record] = OrderedDict()
         self._halves_bytes = 0
         self._recover()
-
-    @classmethod
-    def open(
-        cls,
-        store: Store,
-        *,
-        data_dir: Path,
-        timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS_DEFAULT,
-        check_interval_ms: int = limits.TRANSACTION_CHECK_INTERVAL_MS_DEFAULT,
-        check_max: int = limits.TRANSACTION_CHECK_MAX_DEFAULT,
-        now_ms: Callable[[], int],
-        resolvers: Sequence[Resolver] = (),
-    ) -> Transactions:
-        return cls(
-            store,
-            data_dir,
-            timeout_ms=timeout_ms,
-            check_interval_ms=check_interval_ms,
-            check_max=check_max,
-            now_ms=now_ms,
-            resolvers=resolvers,
-        )
 
     # --- Prepare and decide. -------------------------------------------------------------------
 
