@@ -83,6 +83,10 @@ INFLIGHT_PER_GROUP_QUEUE_MAX: Final = 10_000
 
 # --- Network. -------------------------------------------------------------------------------------
 GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB
+# A record pull (txmq.data.v1.Data/PullRecords) answers at most this many record bytes, or one
+# record when a single one is larger; its 4-byte length and JSON header fit in what is left.
+PULL_BYTES_MAX: Final = 8 * MiB
+PULL_HEADER_SIZE_MAX: Final = 4 * KiB
 CLIENTS_MAX: Final = 10_000
 
 # Import-time checks on relationships between limits.
@@ -94,6 +98,8 @@ assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
 assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
 assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0
 assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT
+assert PULL_BYTES_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
+assert RECORD_SIZE_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
 
 # --- Added for the transaction layer. -----------------------------------------------------------
 # Dead (max-checks) transactions kept for operators in memory; older ones drop off the list but

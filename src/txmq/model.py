@@ -167,6 +167,17 @@ class QueueRead:
     max_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class QueueBytes:
+    """A consume-queue read whose records are their verified commit-log bytes
+    (docs/formats.md), for bulk readers that decode on their side."""
+
+    records: list[bytes]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
 # Added for the transaction layer.
 PROP_CLIENT_ID: Final = "TXMQ_CLIENT_ID"
 PROP_DECISION_SOURCE: Final = "TXMQ_DECISION_SOURCE"

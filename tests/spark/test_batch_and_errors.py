@@ -54,7 +54,7 @@ def test_schema_is_exact_and_registration_is_explicit_too(
         spark.conf.set("spark.sql.session.timeZone", "UTC")
     with BrokerClient(spark_broker.endpoints) as broker:
         stored = [
-            m.system_properties.store_timestamp.ToMilliseconds()
+            m.store_timestamp_ms
             for q in range(4)
             for m in broker.read_range("schema", q, 0, broker.query_offset("schema", q, "latest"))
         ]

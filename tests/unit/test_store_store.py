@@ -15,6 +15,7 @@ from tests.conftest import SMALL, Clock
 from txmq import limits
 from txmq.errors import (
     BadRequestError,
+    CorruptRecordError,
     DiskFullError,
     MessageBodyTooLargeError,
     OffsetNotFoundError,
@@ -22,6 +23,7 @@ from txmq.errors import (
     StoreFencedError,
 )
 from txmq.model import HALF_TOPIC, OP_TOPIC, FlushMode, QueueRead, RecordDraft, TxnFlag
+from txmq.store import record as codec
 from txmq.store.disk import Faults, FaultyDisk
 from txmq.store.store import Store
 
@@ -302,4 +304,38 @@ def test_fsync_failure_while_rolling_fences(tmp_path: Path, clock: Clock) -> Non
     assert (tmp_path / "abort").exists(), "a fenced store keeps its abort marker"
     s = Store.open(tmp_path, SMALL, now_ms=clock)
     assert s.recovery.crashed and s.queue_offsets("t", 0)[1] >= 1
+    s.close()
+
+
+def test_read_queue_bytes_are_verified_records_within_the_byte_budget(
+    tmp_path: Path, clock: Clock
+) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    for i in range(20):
+        s.append(draft(i, tag="a" if i % 2 else ""))
+    got = s.read_queue_bytes("t", 0, 3, 100, max_bytes=10**6)
+    records = [rec for buf in got.records for rec in codec.split(buf)]
+    assert [r.message_id for r in records] == [f"m{i}" for i in range(3, 20)]
+    assert records == list(s.read_queue("t", 0, 3, 100).records)
+    assert (got.next_offset, got.min_offset, got.max_offset) == (20, 0, 20)
+    three = sum(len(b) for b in s.read_queue_bytes("t", 0, 0, 3, max_bytes=10**6).records)
+    # The budget stops before the record that would pass it; one record is always served.
+    assert len(s.read_queue_bytes("t", 0, 0, 100, max_bytes=three).records) == 3
+    assert len(s.read_queue_bytes("t", 0, 0, 100, max_bytes=three - 1).records) == 2
+    tiny = s.read_queue_bytes("t", 0, 5, 100, max_bytes=1)
+    assert len(tiny.records) == 1 and tiny.next_offset == 6
+    assert s.read_queue_bytes("t", 0, 0, 4, max_bytes=10**6).next_offset == 4
+    assert s.read_queue_bytes("nope", 0, 0, 4, max_bytes=10**6).records == []
+    s.close()
+
+
+def test_split_refuses_cut_or_altered_records(tmp_path: Path, clock: Clock) -> None:
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    for i in range(3):
+        s.append(draft(i))
+    blob = b"".join(s.read_queue_bytes("t", 0, 0, 10, max_bytes=10**6).records)
+    assert [r.message_id for r in codec.split(blob)] == ["m0", "m1", "m2"]
+    for bad in (blob[:-1], blob + b"\0" * 10, blob[:40] + b"X" + blob[41:]):
+        with pytest.raises(CorruptRecordError):
+            list(codec.split(bad))
     s.close()

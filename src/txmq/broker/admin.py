@@ -159,6 +159,18 @@ def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]],
     }
 
 
+def refusal(exc: Exception, method: str) -> dict[str, Any]:
+    """The ``{"ok": false, ...}`` answer of a txmq-service method that raised ``exc``."""
+    if isinstance(exc, TxmqError):
+        return {"ok": False, "code": exc.code, "error": str(exc)}
+    if isinstance(exc, (KeyError, ValueError, TypeError)):
+        return {"ok": False, "code": CODE_BAD_REQUEST, "error": f"bad request: {exc!r}"}
+    # A bug, not a refusal: logged with its traceback here, and reported to the caller as an
+    # internal error instead of a dropped call it would read as "broker unreachable".
+    log.exception("%s failed", method)
+    return {"ok": False, "code": CODE_INTERNAL_ERROR, "error": f"internal error: {exc!r}"}
+
+
 def add_admin(server: Any, parts: Parts, service: Any) -> None:
     handlers = {}
     for name, fn in _methods(parts, service).items():
@@ -172,20 +184,8 @@ def add_admin(server: Any, parts: Parts, service: Any) -> None:
                     raise BadRequestError("request body must be a JSON object")
                 result = await service.run(fn, args)
                 return json.dumps({"ok": True, **result}).encode()
-            except TxmqError as exc:
-                return json.dumps({"ok": False, "code": exc.code, "error": str(exc)}).encode()
-            except (KeyError, ValueError, TypeError) as exc:
-                return json.dumps(
-                    {"ok": False, "code": CODE_BAD_REQUEST, "error": f"bad request: {exc!r}"}
-                ).encode()
             except Exception as exc:
-                # A bug, not a refusal: logged with its traceback here, and reported to the
-                # caller as an internal error instead of a dropped call it would read as
-                # "broker unreachable".
-                log.exception("admin %s failed", fn.__name__)
-                return json.dumps(
-                    {"ok": False, "code": CODE_INTERNAL_ERROR, "error": f"internal error: {exc!r}"}
-                ).encode()
+                return json.dumps(refusal(exc, fn.__name__)).encode()
 
         handlers[name] = grpc.unary_unary_rpc_method_handler(call)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

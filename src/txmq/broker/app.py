@@ -28,6 +28,7 @@ from txmq.broker.admin import add_admin
 from txmq.broker.checkback import CheckBack
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
+from txmq.broker.data import add_data
 from txmq.broker.parts import Parts, wall_ms
 from txmq.broker.server import MessagingServicer
 from txmq.errors import invariant
@@ -160,6 +161,7 @@ async def serve(
         )
         sg.add_MessagingServiceServicer_to_server(servicer, server)
         add_admin(server, parts, servicer)
+        add_data(server, parts, servicer)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 

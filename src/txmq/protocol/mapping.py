@@ -179,7 +179,7 @@ def message_from_record(
     """Build the wire Message a consumer (or a transaction checker) receives."""
     msg = pb.Message()
     msg.topic.name = topic or rec.topic
-    user = {k: v for k, v in rec.properties.items() if not _is_internal(k)}
+    user = {k: v for k, v in rec.properties.items() if not is_internal_property(k)}
     if extra_props:
         user.update(extra_props)
     for k, v in user.items():
@@ -212,7 +212,8 @@ def message_from_record(
     return msg
 
 
-def _is_internal(key: str) -> bool:
+def is_internal_property(key: str) -> bool:
+    """A property the broker keeps for itself, never shown to consumers as a user property."""
     return key in _RESERVED_PROPS or key.startswith(("TXMQ_", "REAL_", "TRAN_", "PGROUP"))
 
 

@@ -1,4 +1,4 @@
-"""Wire messages -> pyarrow RecordBatches with the source's exact schema.
+"""Queue records -> pyarrow RecordBatches with the source's exact schema.
 
 Owns: the read schema (as Spark DDL and as Arrow; they must describe the same columns, which
 tests/spark checks) and the conversion. Must not: talk to the broker or import pyspark.
@@ -11,6 +11,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import pyarrow as pa
+
+from txmq.model import Record
+from txmq.protocol.mapping import is_internal_property
 
 SCHEMA_DDL: Final = (
     "topic string, queue_id int, queue_offset long, message_id string, keys array<string>, "
@@ -37,31 +40,31 @@ ROWS_PER_BATCH_MAX: Final = 4096
 BATCH_BYTES_MAX: Final = 64 * 1024 * 1024
 
 
-def _micros(ts: Any) -> int:
-    return int(ts.seconds) * 1_000_000 + int(ts.nanos) // 1000
-
-
 class _Columns:
     def __init__(self) -> None:
         self.cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
         self.rows = 0
         self.body_bytes = 0
 
-    def add(self, m: Any) -> None:
-        sp = m.system_properties
+    def add(self, rec: Record) -> None:
         c = self.cols
-        c["topic"].append(m.topic.name)
-        c["queue_id"].append(sp.queue_id)
-        c["queue_offset"].append(sp.queue_offset)
-        c["message_id"].append(sp.message_id)
-        c["keys"].append(list(sp.keys))
-        c["tag"].append(sp.tag or None)  # no tag reads as null, not ""
-        c["properties"].append(list(m.user_properties.items()))
-        c["body"].append(m.body)
-        c["born_timestamp"].append(_micros(sp.born_timestamp))
-        c["store_timestamp"].append(_micros(sp.store_timestamp))
+        c["topic"].append(rec.topic)
+        c["queue_id"].append(rec.queue_id)
+        c["queue_offset"].append(rec.queue_offset)
+        c["message_id"].append(rec.message_id)
+        c["keys"].append(list(rec.keys))
+        c["tag"].append(rec.tag or None)  # no tag reads as null, not ""
+        # Only the user's properties: the broker's own (transaction, delay, group) stay out,
+        # as in the v2 Message a consumer receives.
+        c["properties"].append(
+            [(k, v) for k, v in rec.properties.items() if not is_internal_property(k)]
+        )
+        c["body"].append(rec.body)
+        # A message without a born time reads as born when stored, as consumers see it.
+        c["born_timestamp"].append((rec.born_timestamp_ms or rec.store_timestamp_ms) * 1000)
+        c["store_timestamp"].append(rec.store_timestamp_ms * 1000)
         self.rows += 1
-        self.body_bytes += len(m.body)
+        self.body_bytes += len(rec.body)
 
     def full(self) -> bool:
         return self.rows >= ROWS_PER_BATCH_MAX or self.body_bytes >= BATCH_BYTES_MAX
@@ -70,11 +73,11 @@ class _Columns:
         return pa.RecordBatch.from_pydict(self.cols, schema=ARROW_SCHEMA)
 
 
-def to_batches(messages: Iterable[Any]) -> Iterator[pa.RecordBatch]:
-    """Bounded RecordBatches of the messages, in order; nothing for no messages."""
+def to_batches(records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
+    """Bounded RecordBatches of the records, in order; nothing for no records."""
     cols = _Columns()
-    for m in messages:
-        cols.add(m)
+    for rec in records:
+        cols.add(rec)
         if cols.full():
             yield cols.batch()
             cols = _Columns()

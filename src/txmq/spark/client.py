@@ -1,10 +1,12 @@
 """A small synchronous client of the broker for the Spark connector, over gRPC only.
 
-Owns: the v2 calls the connector needs (QueryRoute, QueryOffset, PullMessage, SendMessage,
-EndTransaction), one admin call (MessageFind, to read the sink ledger by key: the v2 protocol has
-no lookup by key), the ``x-mq-*`` metadata, bounded retries of transient failures, and turning
-every failure into a typed error. Runs on the driver and inside executor tasks; nothing here is
-pickled (partitions carry only endpoints and names), so each side opens its own channel.
+Owns: the v2 calls the connector needs (QueryRoute, QueryOffset, SendMessage, EndTransaction),
+the record pull of the data channel (txmq.data.v1, broker/data.py: many records per reply,
+where the v2 PullMessage streams one per item), one admin call (MessageFind, to read the sink
+ledger by key: the v2 protocol has no lookup by key), the ``x-mq-*`` metadata, bounded
+retries of transient failures, and turning every failure into a typed error. Runs on the
+driver and inside executor tasks; nothing here is pickled (partitions carry only endpoints and
+names), so each side opens its own channel.
 Must not: import pyspark, keep state beyond the channel, or decide anything about offsets.
 
 Retries are safe for every call here: reads and EndTransaction are idempotent, and a half
@@ -15,6 +17,7 @@ rolls the stray copy back.
 from __future__ import annotations
 
 import json
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,17 +39,21 @@ from txmq.errors import (
     TopicNotFoundError,
     TxmqError,
 )
+from txmq.model import Record
+from txmq.store import record
 
 T = TypeVar("T")
 
 CLIENT_VERSION: Final = "txmq-spark/0.1.0"
 ADMIN_SERVICE: Final = "txmq.admin.v1.Admin"
+DATA_SERVICE: Final = "txmq.data.v1.Data"
+_HEADER_LENGTH: Final = struct.Struct(">I")
 # Per-call deadline: long enough for a 1024-message pull of large bodies on a loaded machine.
 CALL_TIMEOUT_S: Final = 30.0
 # Transient failures (broker restarting, connection reset) are retried this many times in all.
 CALL_ATTEMPTS_MAX: Final = 4
 RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
-# Messages per PullMessage: the broker serves at most READ_BATCH_MAX.
+# Records per pull: the broker serves at most READ_BATCH_MAX (and at most PULL_BYTES_MAX).
 PULL_BATCH_MAX: Final = limits.READ_BATCH_MAX
 # Messages per SendMessage request; the broker takes at most 64.
 SEND_BATCH_MAX: Final = 64
@@ -61,6 +68,14 @@ class BrokerRefusedError(TxmqError):
         self.code = code
         self.call = call
         self.retriable = code == errors.CODE_TOO_MANY_REQUESTS
+
+
+@dataclass(frozen=True)
+class _Status:
+    """A txmq-service refusal in the shape of a v2 Status, for raise_for_status."""
+
+    code: int
+    message: str
 
 
 def raise_for_status(status: Any, *, call: str, topic: str = "") -> None:
@@ -79,7 +94,7 @@ def raise_for_status(status: Any, *, call: str, topic: str = "") -> None:
 
 @dataclass(frozen=True)
 class Pulled:
-    messages: list[Any]  # apache.rocketmq.v2.Message, in queue-offset order
+    records: list[Record]
     next_offset: int
 
 
@@ -217,34 +232,47 @@ class BrokerClient:
     # --- Reading committed messages. ----------------------------------------------------------
 
     def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> Pulled:
-        """Up to ``max_count`` messages from ``offset``: only committed and normal messages
-        are in a queue (half and rolled-back messages never are)."""
-        req = sv.PullMessageRequest(
-            group=pb.Resource(name="txmq-spark"),
-            message_queue=_queue(topic, queue_id),
-            offset=offset,
-            batch_size=max(1, min(max_count, PULL_BATCH_MAX)),
+        """Up to ``max_count`` records from ``offset`` in one record pull (txmq.data.v1): only
+        committed and normal messages are in a queue (half and rolled-back ones never are).
+        Each record is verified on decoding (size, magic, CRC, field lengths).
+
+        Raises:
+            IllegalOffsetError: ``offset`` is below the queue's first retained offset.
+            CorruptRecordError: a record in the reply fails verification.
+        """
+        rpc = self.channel.unary_unary(f"/{DATA_SERVICE}/PullRecords")
+        args = json.dumps(
+            {
+                "topic": topic,
+                "queue_id": queue_id,
+                "offset": offset,
+                "max_count": max(1, min(max_count, PULL_BATCH_MAX)),
+            }
+        ).encode()
+        raw = self._retrying(
+            "PullRecords", lambda: rpc(args, metadata=self.metadata(), timeout=self.timeout_s)
         )
+        view = memoryview(raw)
+        if len(view) < 4:
+            raise RemoteProtocolError("PullRecords answered fewer than 4 bytes")
+        (n,) = _HEADER_LENGTH.unpack_from(view)
+        if n > len(view) - 4:
+            raise RemoteProtocolError("PullRecords header runs past the reply")
+        header = json.loads(view[4 : 4 + n].tobytes())
+        if not header.get("ok"):
+            status = _Status(
+                int(header.get("code", errors.CODE_INTERNAL_ERROR)), header.get("error", "")
+            )
+            raise_for_status(status, call="PullRecords", topic=topic)
+            raise RemoteProtocolError("PullRecords refused without an error code")
+        records = list(record.split(view[4 + n :]))
+        if len(records) != header["count"]:
+            raise RemoteProtocolError(
+                f"PullRecords announced {header['count']} records and sent {len(records)}"
+            )
+        return Pulled(records, int(header["next_offset"]))
 
-        def once() -> Pulled:
-            messages: list[Any] = []
-            next_offset = -1
-            stream = self.stub.PullMessage(req, metadata=self.metadata(), timeout=self.timeout_s)
-            for item in stream:
-                kind = item.WhichOneof("content")
-                if kind == "status":
-                    raise_for_status(item.status, call="PullMessage", topic=topic)
-                elif kind == "message":
-                    messages.append(item.message)
-                elif kind == "next_offset":
-                    next_offset = int(item.next_offset)
-            if next_offset < 0:
-                raise RemoteProtocolError("PullMessage ended without a next_offset")
-            return Pulled(messages, next_offset)
-
-        return self._retrying("PullMessage", once)
-
-    def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Any]:
+    def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
         """Every message with ``start <= queue_offset < end``, in order.
 
         The next pull is in flight while the caller consumes the current one, so the broker
@@ -269,9 +297,9 @@ class BrokerClient:
                 offset = got.next_offset
                 if offset < end:
                     ahead = pool.submit(self.pull, topic, queue_id, offset, end - offset)
-                for m in got.messages:
-                    if m.system_properties.queue_offset < end:
-                        yield m
+                for rec in got.records:
+                    if rec.queue_offset < end:
+                        yield rec
                 if offset >= end:
                     return
 

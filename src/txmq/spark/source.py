@@ -5,7 +5,8 @@ entry point or ``spark.dataSource.register(TxmqDataSource)``), the batch reader 
 streaming reader. The sink lives in txmq.spark.sink.
 
 Reads return only committed messages: they pull a topic's consume queues by queue offset with
-PullMessage, and half or rolled-back messages never enter a consume queue. One input partition
+the broker's record pull (txmq.data.v1, docs/formats.md), and half or rolled-back messages never
+enter a consume queue. One input partition
 reads one queue's offset range. Offsets are JSON dicts ``{"<queue>": next offset}``; Spark writes
 each micro-batch's end offsets to its checkpoint before running it, and ``partitions(start,
 end)`` is a pure function of them, so a batch re-run after a crash reads exactly the same
@@ -49,6 +50,7 @@ from pyspark.sql.types import (
 )
 
 from txmq.errors import IllegalOffsetError, invariant
+from txmq.model import Record
 from txmq.spark import options as opt
 from txmq.spark.arrow import SCHEMA_DDL, to_batches
 from txmq.spark.client import BrokerClient
@@ -77,13 +79,13 @@ def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
         yield from to_batches(_committed(broker, p))
 
 
-def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Any]:
+def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Record]:
     offset = p.start
     for _ in range(DATA_LOSS_SKIPS_MAX + 1):
         try:
-            for m in broker.read_range(p.topic, p.queue_id, offset, p.end):
-                offset = int(m.system_properties.queue_offset) + 1
-                yield m
+            for rec in broker.read_range(p.topic, p.queue_id, offset, p.end):
+                offset = rec.queue_offset + 1
+                yield rec
             return
         except IllegalOffsetError as exc:
             if p.fail_on_data_loss:

@@ -131,6 +131,22 @@ class CommitLog:
             raise CorruptRecordError(offset, f"no record here (magic {magic:#x}, size {size})")
         return codec.decode(seg.handle.pread(size, pos), offset)
 
+    def read_bytes(self, offset: int, size: int) -> bytes:
+        """The verified bytes of the ``size``-byte record at ``offset`` (a consume-queue entry
+        knows the size, so this is one pread and a CRC, with no field decoding).
+
+        Raises:
+            OffsetNotFoundError: the offset is below the log start or at/after its end.
+            CorruptRecordError: no valid record of that size starts at ``offset``.
+        """
+        seg = self._segment_for(offset)
+        pos = offset - seg.start
+        if not codec.RECORD_SIZE_MIN <= size <= seg.used - pos:
+            raise CorruptRecordError(offset, f"no record of {size} bytes here")
+        buf = seg.handle.pread(size, pos)
+        codec.verify(buf, offset)
+        return buf
+
     def scan(self, offset: int, max_count: int, end: int | None = None) -> list[Record]:
         """Verified records in log order from ``offset`` (a record boundary) below ``end``.
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
@@ -59,6 +59,7 @@ HEAD_SIZE: Final = _HEAD.size
 FIXED_END: Final = _HEAD.size + _FIXED.size
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
 _PHYS_AT: Final = HEAD_SIZE + 1 + 2 + 2 + 8
 _BATCH_AT: Final = HEAD_SIZE + 1
 _STRINGS: Final = 5
@@ -241,6 +242,42 @@ def decode_entry(buf: bytes | bytearray | memoryview, pos: int, physical_offset:
         )
     except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
         raise CorruptRecordError(physical_offset, f"bad field: {exc}") from exc
+
+
+def verify(buf: bytes | bytearray | memoryview, physical_offset: int) -> int:
+    """Verify the whole record ``buf`` holds (size, magic, CRC, stored physical offset) without
+    decoding its fields; return its size. For readers that pass records on as bytes.
+
+    Raises:
+        CorruptRecordError: bad size, magic, CRC or offset, or ``buf`` is not exactly a record.
+    """
+    total = _check(buf, 0, physical_offset)
+    (phys,) = _I64.unpack_from(buf, _PHYS_AT)
+    if phys != physical_offset:
+        raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
+    if total != len(buf):
+        raise CorruptRecordError(physical_offset, f"record of {total} bytes in {len(buf)}")
+    return total
+
+
+def split(blob: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Decode and verify records packed back to back, as a record pull sends them.
+
+    Each record names its own physical offset; the CRC covers it, so a record cut short or
+    spliced in the middle still fails verification.
+
+    Raises:
+        CorruptRecordError: a record fails verification or the blob ends inside one.
+    """
+    view = memoryview(blob)
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < FIXED_END:
+            raise CorruptRecordError(-1, f"{len(view) - pos} stray bytes after the last record")
+        (phys,) = _I64.unpack_from(view, pos + _PHYS_AT)
+        total = _check(view, pos, phys)
+        yield decode(view[pos : pos + total], phys)
+        pos += total
 
 
 def _join_keys(keys: tuple[str, ...]) -> bytes:

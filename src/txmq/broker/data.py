@@ -1,0 +1,94 @@
+"""The data channel: ``txmq.data.v1.Data/PullRecords``, a bulk read of one queue by offset.
+
+Why: the v2 PullMessage streams one protobuf Message per item, and in Python gRPC each item
+costs tens of microseconds on both ends, which capped the Spark connector far below what the
+disk and Spark can do. A record pull answers one reply holding up to PULL_BYTES_MAX of records
+in their commit-log format (docs/formats.md), verified by the broker as it reads them and again
+by the client as it decodes them (``txmq.store.record.split``): no per-message encoding here.
+
+Request: a JSON object ``{"topic", "queue_id", "offset", "max_count"?, "max_bytes"?}``.
+Reply: a 4-byte big-endian header length, a JSON header, then the records back to back. The
+header is ``{"ok": true, "next_offset", "min_offset", "max_offset", "count"}`` or
+``{"ok": false, "code": <RocketMQ status code>, "error": str}`` (see admin.refusal).
+Only committed and normal messages are in a queue, as for every queue read. An ``offset`` below
+the queue's first retained offset is refused with ILLEGAL_OFFSET (retention deleted it): the
+reader decides whether that is data loss. No long polling: readers ask for ranges the broker
+already reported.
+Must not: decode records (that is the reader's work) or change anything.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Final
+
+import grpc
+
+from txmq import limits
+from txmq.broker.admin import refusal
+from txmq.broker.parts import Parts
+from txmq.errors import BadRequestError, IllegalOffsetError, IllegalTopicError
+from txmq.protocol import mapping
+
+SERVICE: Final = "txmq.data.v1.Data"
+HEADER_LENGTH = struct.Struct(">I")
+
+
+def _int(args: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = args.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequestError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def pull_records(parts: Parts, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+    """(header, records) for one PullRecords request. Blocking: run it in the executor."""
+    topic = mapping.validate_topic(str(args.get("topic", "")), allow_system=True)
+    info = parts.topics.get(topic)
+    queue_id, offset = _int(args, "queue_id"), _int(args, "offset")
+    if not 0 <= queue_id < info.queue_count:
+        raise IllegalTopicError(f"topic {topic!r} has no queue {queue_id}")
+    if offset < 0:
+        raise IllegalOffsetError(f"offset must be >= 0, got {offset}")
+    max_count = _int(args, "max_count", limits.READ_BATCH_MAX)
+    max_bytes = _int(args, "max_bytes", limits.PULL_BYTES_MAX)
+    if not 1 <= max_count <= limits.READ_BATCH_MAX:
+        raise BadRequestError(f"max_count must be 1..{limits.READ_BATCH_MAX}, got {max_count}")
+    if not 1 <= max_bytes <= limits.PULL_BYTES_MAX:
+        raise BadRequestError(f"max_bytes must be 1..{limits.PULL_BYTES_MAX}, got {max_bytes}")
+    read = parts.store.read_queue_bytes(topic, queue_id, offset, max_count, max_bytes=max_bytes)
+    if offset < read.min_offset:
+        raise IllegalOffsetError(
+            f"offset {offset} is below the queue's first retained offset {read.min_offset}"
+        )
+    header = {
+        "ok": True,
+        "next_offset": read.next_offset,
+        "min_offset": read.min_offset,
+        "max_offset": read.max_offset,
+        "count": len(read.records),
+    }
+    return header, read.records
+
+
+def frame(header: dict[str, Any], records: list[bytes]) -> bytes:
+    head = json.dumps(header).encode()
+    return b"".join([HEADER_LENGTH.pack(len(head)), head, *records])
+
+
+def add_data(server: Any, parts: Parts, service: Any) -> None:
+    """Register the data channel on ``server``; calls run through ``service.run``."""
+
+    async def pull(body: bytes, context: Any) -> bytes:
+        try:
+            args = json.loads(body or b"{}")
+            if not isinstance(args, dict):
+                raise BadRequestError("request body must be a JSON object")
+            header, records = await service.run(pull_records, parts, args)
+            return frame(header, records)
+        except Exception as exc:
+            return frame(refusal(exc, "PullRecords"), [])
+
+    handlers = {"PullRecords": grpc.unary_unary_rpc_method_handler(pull)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
