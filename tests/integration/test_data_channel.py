@@ -39,7 +39,7 @@ def test_pull_returns_committed_records_in_order(broker: BrokerProcess) -> None:
             got += [r.body.decode() for r in recs]
         assert sorted(got) == sorted([f"n{i}" for i in range(5)] + ["t0", "t2"])
         first = c.pull("pull", 0, 0, 1)
-        assert len(first.records) <= 1 and first.next_offset == len(first.records)
+        assert first.count <= 1 and first.next_offset == len(first.records())
 
 
 def test_bad_pulls_are_refused_with_typed_errors(broker: BrokerProcess) -> None:

@@ -7,13 +7,14 @@ Timestamps are microseconds in UTC, which is how Spark's TimestampType travels i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Final
 
 import pyarrow as pa
 
-from txmq.model import Record
 from txmq.protocol.mapping import is_internal_property
+from txmq.store.record import Row
 
 SCHEMA_DDL: Final = (
     "topic string, queue_id int, queue_offset long, message_id string, keys array<string>, "
@@ -40,46 +41,55 @@ ROWS_PER_BATCH_MAX: Final = 4096
 BATCH_BYTES_MAX: Final = 64 * 1024 * 1024
 
 
-class _Columns:
-    def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-        self.rows = 0
-        self.body_bytes = 0
+_EMPTY_PROPERTIES: Final = (b"{}", b"")
+# Messages of one producer tend to carry the same properties: parsed JSON is reused by its
+# bytes, for at most this many distinct values per batch.
+_PROPERTIES_CACHE_MAX: Final = 256
 
-    def add(self, rec: Record) -> None:
-        c = self.cols
-        c["topic"].append(rec.topic)
-        c["queue_id"].append(rec.queue_id)
-        c["queue_offset"].append(rec.queue_offset)
-        c["message_id"].append(rec.message_id)
-        c["keys"].append(list(rec.keys))
-        c["tag"].append(rec.tag or None)  # no tag reads as null, not ""
-        # Only the user's properties: the broker's own (transaction, delay, group) stay out,
-        # as in the v2 Message a consumer receives.
-        c["properties"].append(
-            [(k, v) for k, v in rec.properties.items() if not is_internal_property(k)]
-        )
-        c["body"].append(rec.body)
+
+def _properties(raw: bytes, cache: dict[bytes, list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """Only the user's properties: the broker's own (transaction, delay, group) stay out, as in
+    the v2 Message a consumer receives."""
+    if raw in _EMPTY_PROPERTIES:
+        return []
+    got = cache.get(raw)
+    if got is None:
+        items = json.loads(raw.decode()).items()
+        got = [(str(k), str(v)) for k, v in items if not is_internal_property(k)]
+        if len(cache) < _PROPERTIES_CACHE_MAX:
+            cache[raw] = got
+    return got
+
+
+def _batch(rows: list[Row]) -> pa.RecordBatch:
+    topic, qid, qoff, mid, keys, tag, props, body, born, store = zip(*rows, strict=True)
+    cache: dict[bytes, list[tuple[str, str]]] = {}
+    cols = {
+        "topic": topic,
+        "queue_id": qid,
+        "queue_offset": qoff,
+        "message_id": mid,
+        "keys": keys,
+        "tag": [t or None for t in tag],  # no tag reads as null, not ""
+        "properties": [_properties(p, cache) for p in props],
+        "body": body,
         # A message without a born time reads as born when stored, as consumers see it.
-        c["born_timestamp"].append((rec.born_timestamp_ms or rec.store_timestamp_ms) * 1000)
-        c["store_timestamp"].append(rec.store_timestamp_ms * 1000)
-        self.rows += 1
-        self.body_bytes += len(rec.body)
-
-    def full(self) -> bool:
-        return self.rows >= ROWS_PER_BATCH_MAX or self.body_bytes >= BATCH_BYTES_MAX
-
-    def batch(self) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pydict(self.cols, schema=ARROW_SCHEMA)
+        "born_timestamp": [(b or s) * 1000 for b, s in zip(born, store, strict=True)],
+        "store_timestamp": [s * 1000 for s in store],
+    }
+    return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
 
 
-def to_batches(records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
-    """Bounded RecordBatches of the records, in order; nothing for no records."""
-    cols = _Columns()
-    for rec in records:
-        cols.add(rec)
-        if cols.full():
-            yield cols.batch()
-            cols = _Columns()
-    if cols.rows:
-        yield cols.batch()
+def to_batches(rows: Iterable[Row]) -> Iterator[pa.RecordBatch]:
+    """Bounded RecordBatches of the rows (``record.split_rows``), in order; nothing for no
+    rows."""
+    batch: list[Row] = []
+    size = 0
+    for row in rows:
+        batch.append(row)
+        size += len(row[7])
+        if len(batch) >= ROWS_PER_BATCH_MAX or size >= BATCH_BYTES_MAX:
+            yield _batch(batch)
+            batch, size = [], 0
+    if batch:
+        yield _batch(batch)

@@ -94,8 +94,26 @@ def raise_for_status(status: Any, *, call: str, topic: str = "") -> None:
 
 @dataclass(frozen=True)
 class Pulled:
-    records: list[Record]
+    """One record pull's answer: ``count`` verified-on-broker records, back to back in
+    ``blob`` (commit-log format), and where the next pull starts."""
+
+    blob: memoryview
+    count: int
     next_offset: int
+
+    def records(self) -> list[Record]:
+        records = list(record.split(self.blob))
+        self._check(len(records))
+        return records
+
+    def rows(self) -> list[record.Row]:
+        rows = record.split_rows(self.blob)
+        self._check(len(rows))
+        return rows
+
+    def _check(self, decoded: int) -> None:
+        if decoded != self.count:
+            raise RemoteProtocolError(f"PullRecords announced {self.count} records, sent {decoded}")
 
 
 @dataclass(frozen=True)
@@ -234,7 +252,8 @@ class BrokerClient:
     def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> Pulled:
         """Up to ``max_count`` records from ``offset`` in one record pull (txmq.data.v1): only
         committed and normal messages are in a queue (half and rolled-back ones never are).
-        Each record is verified on decoding (size, magic, CRC, field lengths).
+        Each record is verified again when the caller decodes it (size, magic, CRC, field
+        lengths): ``Pulled.records`` or ``Pulled.rows``.
 
         Raises:
             IllegalOffsetError: ``offset`` is below the queue's first retained offset.
@@ -265,15 +284,21 @@ class BrokerClient:
             )
             raise_for_status(status, call="PullRecords", topic=topic)
             raise RemoteProtocolError("PullRecords refused without an error code")
-        records = list(record.split(view[4 + n :]))
-        if len(records) != header["count"]:
-            raise RemoteProtocolError(
-                f"PullRecords announced {header['count']} records and sent {len(records)}"
-            )
-        return Pulled(records, int(header["next_offset"]))
+        return Pulled(view[4 + n :], int(header["count"]), int(header["next_offset"]))
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
-        """Every message with ``start <= queue_offset < end``, in order.
+        """Every message with ``start <= queue_offset < end``, in order, as Records."""
+        for got in self.pulls(topic, queue_id, start, end):
+            yield from (rec for rec in got.records() if rec.queue_offset < end)
+
+    def read_rows(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[record.Row]:
+        """The same messages as Rows (``record.split_rows``): the Spark reader's fast path."""
+        for got in self.pulls(topic, queue_id, start, end):
+            yield from (row for row in got.rows() if row[2] < end)  # row[2]: queue offset
+
+    def pulls(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Pulled]:
+        """The pulls covering ``start <= queue_offset < end``, in order (the last one may
+        hold records past ``end``).
 
         The next pull is in flight while the caller consumes the current one, so the broker
         serves it while the caller converts rows.
@@ -297,9 +322,7 @@ class BrokerClient:
                 offset = got.next_offset
                 if offset < end:
                     ahead = pool.submit(self.pull, topic, queue_id, offset, end - offset)
-                for rec in got.records:
-                    if rec.queue_offset < end:
-                        yield rec
+                yield got
                 if offset >= end:
                     return
 

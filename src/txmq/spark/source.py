@@ -50,11 +50,11 @@ from pyspark.sql.types import (
 )
 
 from txmq.errors import IllegalOffsetError, invariant
-from txmq.model import Record
 from txmq.spark import options as opt
 from txmq.spark.arrow import SCHEMA_DDL, to_batches
 from txmq.spark.client import BrokerClient
 from txmq.spark.options import EARLIEST, LATEST, DataLossError, TxmqOptionError
+from txmq.store.record import Row
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,13 @@ def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
         yield from to_batches(_committed(broker, p))
 
 
-def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Record]:
+def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Row]:
     offset = p.start
     for _ in range(DATA_LOSS_SKIPS_MAX + 1):
         try:
-            for rec in broker.read_range(p.topic, p.queue_id, offset, p.end):
-                offset = rec.queue_offset + 1
-                yield rec
+            for row in broker.read_rows(p.topic, p.queue_id, offset, p.end):
+                offset = row[2] + 1  # the row's queue offset
+                yield row
             return
         except IllegalOffsetError as exc:
             if p.fail_on_data_loss:
