@@ -14,15 +14,13 @@ Needs Java 17+.
 
 Measured here (2 cores, 2026-11-22, second session), after the connector moved from the v2
 PullMessage stream (one protobuf Message per stream item: ~70 us of broker and ~60 us of client
-CPU per message) to the record pull (txmq.data.v1.Data/PullRecords, broker/data.py: up to 8 MiB
-of verified commit-log records per reply, decoded flat by ``record.split_rows``):
-60k rows: txmq 13.1k rows/s vs JSON lines 30.4k (43 %, was 15-39 %); 200k rows: 24.4k vs 64.9k
-(38 %, was 32 %). The goal is NOT met. What is left, per row: ~7 us broker read (a pread and a
-CRC per record), ~9 us client decode, ~2 us Arrow, then Spark's Arrow-to-row path; and, per
-query, the Python Data Source's fixed cost: a trivial Python streaming source that yields
-ready-made Arrow batches takes ~2.3-3.6 s per AvailableNow query here whatever the row count
-(8 rows or 60k), where the whole JSON run takes ~2 s, so at 60k rows no Python source can pass
-~55 % of the file source on this machine.
+CPU per message) to the record pull (txmq.data.v1.Data/PullRecords, broker/data.py) decoded flat
+by ``record.split_rows``: txmq / JSON lines = 36 % (20k rows), 57 % (60k), 41 % (200k); it was
+15-37 %. The goal is NOT met at every size. The null Python source reached 60 % / 80 % / 77 % of
+the file source in the same runs: a Python Data Source pays ~2.3-3.6 s per AvailableNow query
+here whatever the row count, and txmq pays ~1 s more than the null source before its first row.
+Per row txmq costs ~7 us of broker read (a pread and a CRC per record) and ~11 us of client
+decode and Arrow, then Spark's Arrow-to-row path.
 """
 
 from __future__ import annotations

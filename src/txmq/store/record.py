@@ -202,6 +202,28 @@ def _strings(view: memoryview, pos: int, end: int, physical_offset: int) -> tupl
     return out, pos
 
 
+def _routing_strings(
+    buf: bytes | bytearray | memoryview, at: int
+) -> tuple[str, str, str, tuple[str, ...], int]:
+    """(topic, message id, tag, keys, position after them) of the string fields starting at
+    ``at``, the born host skipped: the flat decoders' shared part. Bounds are the caller's
+    check that the field lengths add up (and the CRC's)."""
+    u16 = _U16.unpack_from
+    n = u16(buf, at)[0]
+    topic = str(buf[at + 2 : at + 2 + n], "utf-8")
+    at += 2 + n
+    at += 2 + u16(buf, at)[0]  # born host
+    n = u16(buf, at)[0]
+    message_id = str(buf[at + 2 : at + 2 + n], "utf-8")
+    at += 2 + n
+    n = u16(buf, at)[0]
+    tag = str(buf[at + 2 : at + 2 + n], "utf-8")
+    at += 2 + n
+    n = u16(buf, at)[0]
+    keys = _split_keys(bytes(buf[at + 2 : at + 2 + n]))
+    return topic, message_id, tag, keys, at + 2 + n
+
+
 def decode_entry(buf: bytes | bytearray | memoryview, pos: int, physical_offset: int) -> Entry:
     """Verify the record at ``buf[pos:]`` and return its dispatch fields without the body.
 
@@ -213,27 +235,14 @@ def decode_entry(buf: bytes | bytearray | memoryview, pos: int, physical_offset:
         CorruptRecordError: bad size, magic, CRC, offset or field lengths.
     """
     total = _check(buf, pos, physical_offset)
-    u16, u32 = _U16.unpack_from, _U32.unpack_from
+    u32 = _U32.unpack_from
     try:
         flag, batch, qid, qoff, phys, _born, store, _rc, _prep = _FIXED.unpack_from(
             buf, pos + HEAD_SIZE
         )
         if phys != physical_offset:
             raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
-        at = pos + FIXED_END
-        n = u16(buf, at)[0]
-        topic = str(buf[at + 2 : at + 2 + n], "utf-8")
-        at += 2 + n
-        at += 2 + u16(buf, at)[0]  # born host: not needed for dispatch
-        n = u16(buf, at)[0]
-        message_id = str(buf[at + 2 : at + 2 + n], "utf-8")
-        at += 2 + n
-        n = u16(buf, at)[0]
-        tag = str(buf[at + 2 : at + 2 + n], "utf-8")
-        at += 2 + n
-        n = u16(buf, at)[0]
-        keys = _split_keys(bytes(buf[at + 2 : at + 2 + n]))
-        at += 2 + n
+        topic, message_id, tag, keys, at = _routing_strings(buf, pos + FIXED_END)
         at += 4 + u32(buf, at)[0]  # properties
         if at + 4 + u32(buf, at)[0] != pos + total:
             raise CorruptRecordError(physical_offset, "field lengths do not add up")
@@ -307,7 +316,7 @@ def split_rows(blob: bytes | bytearray | memoryview) -> list[Row]:
         CorruptRecordError: a record fails verification or the blob ends inside one.
     """
     view = memoryview(blob)
-    u16, u32 = _U16.unpack_from, _U32.unpack_from
+    u32 = _U32.unpack_from
     out: list[Row] = []
     pos, end = 0, len(view)
     while pos < end:
@@ -319,20 +328,7 @@ def split_rows(blob: bytes | bytearray | memoryview) -> list[Row]:
             _flag, _batch, qid, qoff, _phys, born, store, _rc, _prep = _FIXED.unpack_from(
                 view, pos + HEAD_SIZE
             )
-            at = pos + FIXED_END
-            n = u16(view, at)[0]
-            topic = str(view[at + 2 : at + 2 + n], "utf-8")
-            at += 2 + n
-            at += 2 + u16(view, at)[0]  # born host: not a column
-            n = u16(view, at)[0]
-            message_id = str(view[at + 2 : at + 2 + n], "utf-8")
-            at += 2 + n
-            n = u16(view, at)[0]
-            tag = str(view[at + 2 : at + 2 + n], "utf-8")
-            at += 2 + n
-            n = u16(view, at)[0]
-            keys = _split_keys(bytes(view[at + 2 : at + 2 + n]))
-            at += 2 + n
+            topic, message_id, tag, keys, at = _routing_strings(view, pos + FIXED_END)
             n = u32(view, at)[0]
             props = bytes(view[at + 4 : at + 4 + n])
             at += 4 + n
