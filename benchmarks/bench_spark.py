@@ -184,7 +184,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--body-bytes", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     n = min(args.messages, MESSAGES_MAX)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as tmp:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 from txmq import limits
 from txmq.errors import (
@@ -46,13 +46,6 @@ from txmq.store.dispatch import Dispatcher
 from txmq.store.flush import GroupCommit
 from txmq.store.index import id_hash, key_hash
 from txmq.store.recovery import RecoveryReport, recover
-
-T = TypeVar("T")
-
-
-class _BudgetSpent(Exception):
-    """Raised by a queue walk's visitor to stop before the entry it was given."""
-
 
 # Disk usage is checked every this many appends or milliseconds, whichever comes first: a
 # statvfs per append would cost more than the write.
@@ -326,14 +319,34 @@ class Store:
         """Read up to ``max_count`` records of a queue from ``offset``, optionally only those
         whose tag is in ``tags``. A filtered read looks at most READ_SCAN_ENTRIES_MAX entries;
         ``next_offset`` moves past entries it skipped, so a filtered reader still progresses."""
-
-        def visit(phys: int, _size: int) -> Record | None:
-            rec = self._read_live(phys, self.log.read)
-            # The tag hash matched; confirm the tag itself (hashes may collide).
-            return rec if rec is not None and (tags is None or rec.tag in tags) else None
-
+        self._check_open()
+        max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
         wanted = None if tags is None else {tag_hash(t) for t in tags}
-        out, next_offset, lo, hi = self._walk(topic, queue_id, offset, max_count, wanted, visit)
+        out: list[Record] = []
+        with self._dispatcher.lock:
+            cq = self._dispatcher.queues.get((topic, queue_id))
+            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+        if cq is None:
+            return QueueRead((), offset, 0, 0)
+        start = min(max(offset, lo), hi)
+        next_offset, scanned = start, 0
+        while len(out) < max_count and next_offset < hi:
+            if scanned >= limits.READ_SCAN_ENTRIES_MAX:
+                break
+            chunk = max_count - len(out) if wanted is None else limits.READ_BATCH_MAX
+            next_offset, entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
+            for phys, _size, thash in entries:
+                if len(out) >= max_count:
+                    break
+                next_offset += 1
+                scanned += 1
+                if wanted is not None and thash not in wanted:
+                    continue
+                rec = self._read_live(phys)
+                if rec is not None and (tags is None or rec.tag in tags):
+                    out.append(rec)
+            if not entries:
+                break
         return QueueRead(tuple(out), next_offset, lo, hi)
 
     def read_queue_bytes(
@@ -342,65 +355,32 @@ class Store:
         """Like ``read_queue`` without a filter, but each record comes as its verified bytes
         (commit-log format, docs/formats.md) and the read stops before their total passes
         ``max_bytes`` (it always returns at least one record when one is there). For bulk
-        readers that decode on their side: no field decoding here."""
-        taken = [0]
-
-        def visit(phys: int, size: int) -> bytes | None:
-            if taken[0] and taken[0] + size > max_bytes:
-                raise _BudgetSpent
-            buf = self._read_live(phys, lambda at: self.log.read_bytes(at, size))
-            taken[0] += size if buf is not None else 0
-            return buf
-
-        out, next_offset, lo, hi = self._walk(topic, queue_id, offset, max_count, None, visit)
-        return QueueBytes(out, next_offset, lo, hi)
-
-    def _walk(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        wanted: set[int] | None,
-        visit: Callable[[int, int], T | None],
-    ) -> tuple[list[T], int, int, int]:
-        """Visit a queue's entries from ``offset`` (clamped into the queue's range) whose tag
-        hash is ``wanted`` (None: all), keeping what ``visit(physical offset, size)`` returns
-        that is not None, up to ``max_count``; ``visit`` raises _BudgetSpent to stop before
-        an entry. Returns (kept, next offset, queue min, queue max)."""
+        readers that decode on their side: no field decoding here, one segment lookup per
+        batch of entries."""
         self._check_open()
         max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
         with self._dispatcher.lock:
             cq = self._dispatcher.queues.get((topic, queue_id))
             lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
         if cq is None:
-            return [], offset, 0, 0
-        out: list[T] = []
-        next_offset = min(max(offset, lo), hi)
-        scanned = 0
-        while len(out) < max_count and next_offset < hi:
-            if scanned >= limits.READ_SCAN_ENTRIES_MAX:
-                break
-            chunk = max_count - len(out) if wanted is None else limits.READ_BATCH_MAX
-            next_offset, entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
-            for phys, size, thash in entries:
-                if len(out) >= max_count:
-                    break
-                if wanted is not None and thash not in wanted:
-                    next_offset += 1
-                    scanned += 1
-                    continue
-                try:
-                    item = visit(phys, size)
-                except _BudgetSpent:
-                    return out, next_offset, lo, hi
-                next_offset += 1
-                scanned += 1
-                if item is not None:
-                    out.append(item)
+            return QueueBytes([], offset, 0, 0)
+        out: list[bytes] = []
+        next_offset, taken, full = min(max(offset, lo), hi), 0, False
+        while len(out) < max_count and next_offset < hi and not full:
+            want = min(max_count - len(out), hi - next_offset)
+            next_offset, entries = self._entries(cq, next_offset, want)
             if not entries:
                 break
-        return out, next_offset, lo, hi
+            spans: list[tuple[int, int]] = []
+            for phys, size, _thash in entries:
+                if (taken or spans) and taken + size > max_bytes:
+                    full = True
+                    break
+                spans.append((phys, size))
+                taken += size
+            out += [b for b in self.log.read_bytes_many(spans) if b is not None]
+            next_offset += len(spans)
+        return QueueBytes(out, next_offset, lo, hi)
 
     def _entries(
         self, cq: ConsumeQueue, start: int, count: int
@@ -411,12 +391,12 @@ class Store:
             at = max(start, cq.min_offset)
             return at, cq.entries(at, count)
 
-    def _read_live(self, physical_offset: int, read: Callable[[int], T]) -> T | None:
-        """``read`` a record a queue or the index points at; None if retention deleted it."""
+    def _read_live(self, physical_offset: int) -> Record | None:
+        """Read a record a queue or the index points at; None if retention deleted it."""
         if physical_offset < self.log.start_offset:
             return None
         try:
-            return read(physical_offset)
+            return self.log.read(physical_offset)
         except OffsetNotFoundError:
             if physical_offset < self.log.start_offset:
                 return None  # Deleted by retention between the check and the read.
@@ -432,7 +412,7 @@ class Store:
             lo, hi = cq.min_offset, cq.max_offset
             while lo < hi:
                 mid = (lo + hi) // 2
-                rec = self._read_live(cq.entry(mid)[0], self.log.read)
+                rec = self._read_live(cq.entry(mid)[0])
                 if rec is None or rec.store_timestamp_ms < timestamp_ms:
                     lo = mid + 1
                 else:
@@ -447,7 +427,7 @@ class Store:
                 id_hash(message_id), floor=self.log.start_offset
             )
         for phys in candidates:
-            rec = self._read_live(phys, self.log.read)
+            rec = self._read_live(phys)
             if rec is not None and rec.message_id == message_id:
                 return rec
         return None
@@ -465,7 +445,7 @@ class Store:
         for phys in candidates:
             if len(out) >= limit:
                 break
-            rec = self._read_live(phys, self.log.read)
+            rec = self._read_live(phys)
             if rec is not None and rec.topic == topic and key in rec.keys:
                 out.append(rec)
         return out
