@@ -3,12 +3,15 @@ decode, every single-byte corruption is detected, input validation refuses bad d
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txmq import limits
 from txmq.errors import (
+    BadRequestError,
     CorruptRecordError,
     IllegalKeyError,
     IllegalTagError,
@@ -29,7 +32,12 @@ drafts = st.builds(
     message_id=text,
     tag=text,
     keys=st.lists(
-        st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=10), max_size=3
+        st.text(
+            st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)),
+            min_size=1,
+            max_size=10,
+        ),
+        max_size=3,
     ).map(tuple),
     properties=st.dictionaries(text, text, max_size=3),
     born_timestamp_ms=st.integers(0, 2**62),
@@ -117,3 +125,10 @@ def test_properties_too_large() -> None:
 
 def test_only_normal_and_commit_enter_queues() -> None:
     assert [f for f in TxnFlag if codec.enters_queue(f)] == [TxnFlag.NORMAL, TxnFlag.COMMIT]
+
+
+def test_text_that_is_not_utf8_is_refused_as_input() -> None:
+    for bad in ({"keys": ("\ud800",)}, {"tag": "\udfff"}, {"message_id": "a\ud800"}):
+        d = replace(RecordDraft(topic="t", queue_id=0, body=b"x"), **bad)
+        with pytest.raises(BadRequestError, match="UTF-8"):
+            codec.encode(d, queue_offset=0, store_timestamp_ms=1)

@@ -7,7 +7,8 @@ GetOffset and QueryOffset; appending dead letters to ``%DLQ%<group>``; waking lo
 ``notify_appended``; the background sweep that dead-letters abandoned last attempts and saves
 positions.
 Must not: keep delivery state (``ConsumerPositions`` in offsets.py does) or block the event loop
-(store calls run in the executor).
+(store calls run in the executor; acks and invisibility changes, which touch only memory, run on
+the loop).
 """
 
 from __future__ import annotations
@@ -229,7 +230,9 @@ class ConsumeRpcs:
         results = []
         for e in request.entries:
             try:
-                await self.run(self.positions.ack, request.group.name, e.receipt_handle)
+                # In memory only (a receipt check and the delivery book), so it runs on the
+                # loop: an executor round trip costs more CPU than the ack itself.
+                self.positions.ack(request.group.name, e.receipt_handle)
                 st = mapping.status()
                 self.metrics.acks.inc()
             except Exception as exc:
@@ -251,12 +254,9 @@ class ConsumeRpcs:
             if asked > limits.INVISIBLE_DURATION_MS_MAX:
                 invisible_ms(request)  # raises IllegalInvisibleTimeError with the bounds
             wait_ms = max(asked, limits.INVISIBLE_DURATION_MS_MIN)
-            handle = await self.run(
-                self.positions.change_invisible,
-                request.group.name,
-                request.receipt_handle,
-                wait_ms,
-                self.now_ms(),
+            # In memory only, like an ack: on the loop.
+            handle = self.positions.change_invisible(
+                request.group.name, request.receipt_handle, wait_ms, self.now_ms()
             )
             return sv.ChangeInvisibleDurationResponse(
                 status=mapping.status(), receipt_handle=handle

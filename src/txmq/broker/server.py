@@ -151,8 +151,13 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         async def work() -> Any:
-            # ensure() may create the topic, which writes topics.json: off the loop.
-            queues = await self.run(self.route, request.topic.name)
+            name = request.topic.name
+            # Creating a topic writes topics.json, so that runs off the loop; a known topic's
+            # route is memory only, and an executor round trip would cost more than it.
+            if self.topics.exists(name):
+                queues = self.route(name)
+            else:
+                queues = await self.run(self.route, name)
             return sv.QueryRouteResponse(status=mapping.status(), message_queues=queues)
 
         return await answer(sv.QueryRouteResponse, work)

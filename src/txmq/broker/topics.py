@@ -57,6 +57,9 @@ class TopicRegistry:
         ]
         self.disk.write_atomic(self.path, json.dumps(data, indent=1).encode())
 
+    def exists(self, name: str) -> bool:
+        return name in self._topics
+
     def get(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         if info is None:

@@ -40,6 +40,7 @@ import crc32c
 
 from txmq import limits
 from txmq.errors import (
+    BadRequestError,
     CorruptRecordError,
     IllegalKeyError,
     IllegalTagError,
@@ -113,14 +114,20 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
 
     Raises:
         MessagePropertiesTooLargeError: the properties block exceeds PROPERTIES_SIZE_MAX.
+        BadRequestError: a text field holds a lone surrogate (not encodable as UTF-8).
     """
-    strings = (
-        draft.topic.encode(),
-        draft.born_host.encode()[: limits.BORN_HOST_LENGTH_MAX],
-        draft.message_id.encode(),
-        draft.tag.encode(),
-        _join_keys(draft.keys),
-    )
+    try:
+        strings = (
+            draft.topic.encode(),
+            draft.born_host.encode()[: limits.BORN_HOST_LENGTH_MAX],
+            draft.message_id.encode(),
+            draft.tag.encode(),
+            _join_keys(draft.keys),
+        )
+    except UnicodeEncodeError as exc:
+        # Only a str built in Python can hold a lone surrogate (protobuf strings cannot), but
+        # the store is a library too: refuse it as input, never as a crash.
+        raise BadRequestError(f"a text field is not encodable as UTF-8: {exc}") from exc
     props = json.dumps(dict(draft.properties), separators=(",", ":")).encode()
     if len(props) > limits.PROPERTIES_SIZE_MAX:
         raise MessagePropertiesTooLargeError(len(props), limits.PROPERTIES_SIZE_MAX)
