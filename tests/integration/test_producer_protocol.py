@@ -249,3 +249,38 @@ def test_metrics_endpoint_and_clean_shutdown(tmp_path: Path) -> None:
         assert b.stop() == 0, b.log_tail()
     assert not (tmp_path / "m" / "store" / "abort").exists(), "SIGTERM closes the store cleanly"
     assert "broker stopped cleanly" in b.log_tail()
+
+
+def test_a_batched_send_answers_each_message_in_order(broker: BrokerProcess, stub: Any) -> None:
+    """A request's normal messages share one append; refused ones get their own status and
+    are not stored; a transactional one in the same request stays a half message."""
+    batch = [
+        wire("mix", b"a"),
+        wire("mix", b""),
+        wire("mix", b"b", message_type=pb.TRANSACTION),
+        wire("mix", b"c", keys=["a\0b"]),
+        wire("mix", b"d"),
+    ]
+    r = send(stub, *batch)
+    codes = [e.status.code for e in r.entries]
+    assert codes == [pb.OK, pb.BAD_REQUEST, pb.OK, pb.ILLEGAL_MESSAGE_KEY, pb.OK]
+    assert r.status.code == pb.BAD_REQUEST, "the top status is the first refusal"
+    assert [e.message_id for e in r.entries] == [m.system_properties.message_id for m in batch]
+    assert r.entries[2].transaction_id
+    from txmq.spark.client import BrokerClient
+
+    with BrokerClient(broker.endpoints) as c:
+        bodies = sorted(
+            rec.body
+            for q in range(c.queue_count("mix"))
+            for rec in c.read_range("mix", q, 0, c.query_offset("mix", q, "latest"))
+        )
+    assert bodies == [b"a", b"d"], "refused and half messages are not in a queue"
+    # FIFO messages of one request keep their order within their group's queue.
+    fifo = [
+        wire("fifo-mix", f"{i}".encode(), message_type=pb.FIFO, message_group="g") for i in range(5)
+    ]
+    r = send(stub, *fifo)
+    assert [e.status.code for e in r.entries] == [pb.OK] * 5
+    offsets = [e.offset for e in r.entries]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 5
