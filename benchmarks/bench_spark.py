@@ -15,9 +15,9 @@ Needs Java 17+.
 Measured here (2 cores, 2026-11-22, second session), after the connector moved from the v2
 PullMessage stream (one protobuf Message per stream item: ~70 us of broker and ~60 us of client
 CPU per message) to the record pull (txmq.data.v1.Data/PullRecords, broker/data.py) decoded flat
-by ``record.split_rows``: txmq / JSON lines = 36 % (20k rows), 57 % (60k), 41 % (200k); it was
-15-37 %. The goal is NOT met at every size. The null Python source reached 60 % / 80 % / 77 % of
-the file source in the same runs: a Python Data Source pays ~2.3-3.6 s per AvailableNow query
+by ``record.split_rows``: txmq / JSON lines = 36 % (20k rows), 57 % (60k), 33-41 % (200k); it
+was 15-37 %. The goal is NOT met at every size. The null Python source reached 45-80 % of the
+file source in the same runs: a Python Data Source pays ~2.3-3.6 s per AvailableNow query
 here whatever the row count, and txmq pays ~1 s more than the null source before its first row.
 Per row txmq costs ~7 us of broker read (a pread and a CRC per record) and ~11 us of client
 decode and Arrow, then Spark's Arrow-to-row path.

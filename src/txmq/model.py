@@ -39,6 +39,14 @@ PROP_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROP_DELIVERY_ATTEMPT: Final = "TXMQ_DELIVERY_ATTEMPT"
 
 
+def is_internal_property(key: str) -> bool:
+    """A property the broker keeps for itself (message group, delivery time, transaction and
+    txmq bookkeeping), never shown to consumers as a user property."""
+    return key in (PROP_MESSAGE_GROUP, PROP_DELIVERY_TIMESTAMP_MS) or key.startswith(
+        ("TXMQ_", "REAL_", "TRAN_", "PGROUP")
+    )
+
+
 def is_system_topic(topic: str) -> bool:
     """True for topics txmq owns; users may not create or send to them."""
     return topic.startswith(SYSTEM_TOPIC_PREFIXES)

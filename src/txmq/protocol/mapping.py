@@ -33,6 +33,7 @@ from txmq.model import (
     MessageType,
     Record,
     RecordDraft,
+    is_internal_property,
     is_system_topic,
 )
 
@@ -210,11 +211,6 @@ def message_from_record(
         set_duration(sp.invisible_duration, invisible_ms)
     msg.body = rec.body
     return msg
-
-
-def is_internal_property(key: str) -> bool:
-    """A property the broker keeps for itself, never shown to consumers as a user property."""
-    return key in _RESERVED_PROPS or key.startswith(("TXMQ_", "REAL_", "TRAN_", "PGROUP"))
 
 
 def with_queue(d: RecordDraft, queue_id: int) -> RecordDraft:

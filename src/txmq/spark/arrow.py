@@ -13,7 +13,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from txmq.protocol.mapping import is_internal_property
+from txmq.model import is_internal_property
 from txmq.store.record import Row
 
 SCHEMA_DDL: Final = (
