@@ -39,12 +39,14 @@ PROP_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROP_DELIVERY_ATTEMPT: Final = "TXMQ_DELIVERY_ATTEMPT"
 
 
+# Properties a sender may not set: the broker derives them from the message's type fields.
+RESERVED_PROPERTIES: Final = frozenset({PROP_MESSAGE_GROUP, PROP_DELIVERY_TIMESTAMP_MS})
+
+
 def is_internal_property(key: str) -> bool:
     """A property the broker keeps for itself (message group, delivery time, transaction and
     txmq bookkeeping), never shown to consumers as a user property."""
-    return key in (PROP_MESSAGE_GROUP, PROP_DELIVERY_TIMESTAMP_MS) or key.startswith(
-        ("TXMQ_", "REAL_", "TRAN_", "PGROUP")
-    )
+    return key in RESERVED_PROPERTIES or key.startswith(("TXMQ_", "REAL_", "TRAN_", "PGROUP"))
 
 
 def is_system_topic(topic: str) -> bool:

@@ -30,6 +30,7 @@ from txmq.errors import (
 from txmq.model import (
     PROP_DELIVERY_TIMESTAMP_MS,
     PROP_MESSAGE_GROUP,
+    RESERVED_PROPERTIES,
     MessageType,
     Record,
     RecordDraft,
@@ -38,7 +39,6 @@ from txmq.model import (
 )
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_RESERVED_PROPS = frozenset({PROP_MESSAGE_GROUP, PROP_DELIVERY_TIMESTAMP_MS})
 
 WIRE_TYPES: Mapping[MessageType, int] = {
     MessageType.NORMAL: pb.NORMAL,
@@ -133,7 +133,7 @@ def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
         raise IllegalKeyError("each key must be 1..255 non-blank characters, at most 32 keys")
     props = dict(msg.user_properties)
     for k in props:
-        if not k or k in _RESERVED_PROPS or k.startswith(("TXMQ_", "REAL_", "TRAN_")):
+        if not k or k in RESERVED_PROPERTIES or k.startswith(("TXMQ_", "REAL_", "TRAN_")):
             raise IllegalPropertyError(f"illegal or reserved property key {k!r}")
     mtype = wire_message_type(msg)
     if sp.message_group:
