@@ -64,7 +64,7 @@ class Decided:
 # Bytes of message bodies per append_many in a batched send: a few MiB keeps one write short
 # and far below a segment, whatever the bodies' sizes.
 BATCH_BYTES_MAX = 4 * 1024 * 1024
-_PENDING = Exception("not stored yet")  # a placeholder send_batch replaces for every message
+_PENDING = Exception("not stored yet")  # a placeholder send() replaces for every message
 
 
 def _chunks(items: list[tuple[int, RecordDraft]]) -> Iterator[list[tuple[int, RecordDraft]]]:
@@ -136,20 +136,14 @@ class SendPath:
         self.check_type(info, mtype)
         return mapping.with_queue(draft, self.pick_queue(info, draft)), mtype, info
 
-    def send(self, msg: Any, *, client_id: str, peer: str) -> Sent:
-        """Validate and store one wire message durably; returns where it went."""
-        draft, mtype, _info = self.validate(msg, peer=peer)
-        return self._store(msg, draft, mtype, client_id=client_id)
-
-    def send_batch(
-        self, msgs: Sequence[Any], *, client_id: str, peer: str
-    ) -> list[Sent | Exception]:
-        """Store a request's messages (none of them FIFO: the caller keeps those in order);
-        per message, in order, where it went or the error that refused it.
+    def send(self, msgs: Sequence[Any], *, client_id: str, peer: str) -> list[Sent | Exception]:
+        """Store a request's messages; per message, in order, where it went or the error that
+        refused it.
 
         Why: the normal messages that pass validation are stored with one ``append_many`` per
         BATCH_BYTES_MAX (one write, one fsync), not one durable append each in turn; the
-        others (transactional, delayed) go one by one as in ``send``.
+        others (FIFO, transactional, delayed) go one by one as in ``send``, in request order,
+        which keeps a FIFO group's messages in order in their queue.
         """
         out: list[Sent | Exception] = []
         plain: list[tuple[int, RecordDraft]] = []

@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from txmq import errors, limits
 from txmq.broker.clients import Clients, Session
 from txmq.broker.config import BrokerConfig
-from txmq.broker.produce import SendPath, Sent
+from txmq.broker.produce import SendPath
 from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import BadRequestError, ClientIdRequiredError, UnsupportedError
@@ -266,20 +266,9 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         cid, peer = client_id(context), context.peer() or ""
 
         msgs = list(request.messages)
-        if any(m.system_properties.message_group for m in msgs):
-            # FIFO: one group's messages must enter their queue in request order.
-            outcomes: list[Sent | Exception] = []
-            for m in msgs:
-                try:
-                    outcomes.append(await self.run(self.sends.send, m, client_id=cid, peer=peer))
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    outcomes.append(exc)
-        else:
-            # One executor trip and, for normal messages, one write and one fsync for the
-            # whole request instead of one each in turn.
-            outcomes = await self.run(self.sends.send_batch, msgs, client_id=cid, peer=peer)
+        # One executor trip for the whole request; its normal messages share one write and one
+        # fsync, the others (FIFO ones included) are stored one by one in request order.
+        outcomes = await self.run(self.sends.send, msgs, client_id=cid, peer=peer)
         entries = []
         for msg, got in zip(msgs, outcomes, strict=True):
             if isinstance(got, Exception):

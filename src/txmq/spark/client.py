@@ -70,17 +70,14 @@ class BrokerRefusedError(TxmqError):
         self.retriable = code == errors.CODE_TOO_MANY_REQUESTS
 
 
-@dataclass(frozen=True)
-class _Status:
-    """A txmq-service refusal in the shape of a v2 Status, for raise_for_status."""
-
-    code: int
-    message: str
-
-
 def raise_for_status(status: Any, *, call: str, topic: str = "") -> None:
     """Turn a v2 Status into a typed error; returns only for OK."""
-    code, message = int(status.code), str(status.message)
+    raise_for_code(int(status.code), str(status.message), call=call, topic=topic)
+
+
+def raise_for_code(code: int, message: str, *, call: str, topic: str = "") -> None:
+    """Turn a RocketMQ status code (a v2 Status's, or a txmq channel's refusal) into a typed
+    error; returns only for OK."""
     if code == errors.CODE_OK:
         return
     if code == errors.CODE_TOPIC_NOT_FOUND:
@@ -279,10 +276,8 @@ class BrokerClient:
             raise RemoteProtocolError("PullRecords header runs past the reply")
         header = json.loads(view[4 : 4 + n].tobytes())
         if not header.get("ok"):
-            status = _Status(
-                int(header.get("code", errors.CODE_INTERNAL_ERROR)), header.get("error", "")
-            )
-            raise_for_status(status, call="PullRecords", topic=topic)
+            code = int(header.get("code", errors.CODE_INTERNAL_ERROR))
+            raise_for_code(code, str(header.get("error", "")), call="PullRecords", topic=topic)
             raise RemoteProtocolError("PullRecords refused without an error code")
         return Pulled(view[4 + n :], int(header["count"]), int(header["next_offset"]))
 

@@ -373,7 +373,7 @@ class Store:
                 break
             spans: list[tuple[int, int]] = []
             for phys, size, _thash in entries:
-                if (taken or spans) and taken + size > max_bytes:
+                if taken and taken + size > max_bytes:  # the first record always goes
                     full = True
                     break
                 spans.append((phys, size))
