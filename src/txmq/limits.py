@@ -29,6 +29,9 @@ KEY_LENGTH_MAX: Final = 255
 KEYS_PER_MESSAGE_MAX: Final = 32
 MESSAGE_ID_LENGTH_MAX: Final = 128
 BORN_HOST_LENGTH_MAX: Final = 255
+# A born timestamp (ms since the epoch) is at most the end of year 9999, as Spark's timestamps
+# and Java's Instant-based clients expect; in microseconds it still fits an int64.
+BORN_TIMESTAMP_MS_MAX: Final = 253_402_300_799_999
 QUEUES_PER_TOPIC_MAX: Final = 256
 
 # --- Commit log. ----------------------------------------------------------------------------------

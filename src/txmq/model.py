@@ -182,7 +182,7 @@ class QueueBytes:
     """A consume-queue read whose records are their verified commit-log bytes
     (docs/formats.md), for bulk readers that decode on their side."""
 
-    records: list[bytes]
+    records: list[bytes | memoryview]
     next_offset: int
     min_offset: int
     max_offset: int

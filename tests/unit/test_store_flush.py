@@ -161,3 +161,41 @@ def test_disk_usage_is_checked_every_n_appends_not_each(clock: Clock) -> None:
     clock.advance(1_000)
     s.append(draft(601))  # space freed: writes resume (the error is retriable)
     s.close()
+
+
+def test_a_nowait_write_calls_back_once_its_fsync_returned(clock: Clock) -> None:
+    disk = GatedDisk()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    s.append(draft(0))
+    disk.gated = True
+    pending = s.append_many_nowait([draft(1), draft(2)])
+    assert pending.group is not None
+    called: list[str] = []
+    pending.group.on_done(lambda: called.append("a"))
+    pending.group.on_done(lambda: [][0])  # a broken callback must not stop the others
+    pending.group.on_done(lambda: called.append("b"))
+    assert disk.entered.acquire(timeout=10)
+    assert called == [] and s.queue_offsets("t", 0) == (0, 1), "nothing visible before the fsync"
+    disk.gated = False
+    disk.gate.set()
+    wait_until(lambda: called == ["a", "b"], "the callbacks after the fsync")
+    assert [r.queue_offset for r in s.durable(pending)] == [1, 2]
+    pending.group.on_done(lambda: called.append("late"))  # done already: called at once
+    assert called[-1] == "late"
+    s.close()
+
+
+def test_a_nowait_write_whose_fsync_failed_is_told_and_refused(clock: Clock) -> None:
+    disk = GatedDisk()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    disk.gated, disk.fail_next = True, True
+    pending = s.append_many_nowait([draft(1)])
+    assert pending.group is not None
+    done = threading.Event()
+    pending.group.on_done(done.set)
+    assert disk.entered.acquire(timeout=10)
+    disk.gate.set()
+    assert done.wait(10), "a fence completes the group too"
+    with pytest.raises(StoreFencedError):
+        s.durable(pending)
+    s.close()

@@ -40,7 +40,7 @@ drafts = st.builds(
         max_size=3,
     ).map(tuple),
     properties=st.dictionaries(text, text, max_size=3),
-    born_timestamp_ms=st.integers(0, 2**62),
+    born_timestamp_ms=st.integers(0, limits.BORN_TIMESTAMP_MS_MAX),
     born_host=text,
     reconsume_times=st.integers(0, 2**31),
     prepared_offset=st.integers(-1, 2**62),
@@ -110,6 +110,8 @@ def test_blank_is_not_a_record() -> None:
         (RecordDraft(topic="t", queue_id=0, body=b"", keys=("",)), IllegalKeyError),
         (RecordDraft(topic="t", queue_id=0, body=b"", keys=("a\0b",)), IllegalKeyError),
         (RecordDraft(topic="t", queue_id=0, body=b"", keys=("k",) * 40), IllegalKeyError),
+        (RecordDraft(topic="t", queue_id=0, body=b"", born_timestamp_ms=-1), BadRequestError),
+        (RecordDraft(topic="t", queue_id=0, body=b"", born_timestamp_ms=2**62), BadRequestError),
     ],
 )
 def test_validation_refuses(draft: RecordDraft, error: type[Exception]) -> None:

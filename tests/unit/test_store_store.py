@@ -26,6 +26,7 @@ from txmq.errors import (
 from txmq.model import HALF_TOPIC, OP_TOPIC, FlushMode, QueueRead, RecordDraft, TxnFlag
 from txmq.store import record as codec
 from txmq.store.disk import Faults, FaultyDisk
+from txmq.store.segment import segment_name
 from txmq.store.store import Store
 
 
@@ -328,6 +329,31 @@ def test_read_queue_bytes_are_verified_records_within_the_byte_budget(
     assert s.read_queue_bytes("t", 0, 0, 4, max_bytes=10**6).next_offset == 4
     assert s.read_queue_bytes("nope", 0, 0, 4, max_bytes=10**6).records == []
     s.close()
+
+
+def test_bulk_reads_share_preads_across_gaps_and_stop_at_segments(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # Four queues interleaved over several small segments: one queue's records have gaps
+    # (read through in one pread) and runs that must break at each segment's end.
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    for i in range(0, 800, 8):
+        s.append_many([draft(i + k, q=k % 4, size=900) for k in range(8)])
+    assert len(s.log.segments) >= 3
+    for q in range(4):
+        got = s.read_queue_bytes("t", q, 0, 1000, max_bytes=10**8)
+        records = [rec for buf in got.records for rec in codec.split(buf)]
+        assert records == list(s.read_queue("t", q, 0, 1000).records)
+        assert [r.message_id for r in records] == [f"m{i}" for i in range(q, 800, 4)]
+    # A record altered inside a run (behind the store's back) is still caught on its own.
+    victim = s.read_queue("t", 2, 10, 1).records[0]
+    seg = next(g for g in s.log.segments if g.start <= victim.physical_offset < g.start + g.used)
+    with (tmp_path / "commitlog" / segment_name(seg.start)).open("r+b") as f:
+        f.seek(victim.physical_offset - seg.start + 100)
+        f.write(b"\xff")
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        s.read_queue_bytes("t", 2, 0, 1000, max_bytes=10**8)
+    s.abandon()
 
 
 def test_split_refuses_cut_or_altered_records(tmp_path: Path, clock: Clock) -> None:

@@ -42,7 +42,9 @@ def _int(args: dict[str, Any], name: str, default: int | None = None) -> int:
     return value
 
 
-def pull_records(parts: Parts, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+def pull_records(
+    parts: Parts, args: dict[str, Any]
+) -> tuple[dict[str, Any], list[bytes | memoryview]]:
     """(header, records) for one PullRecords request. Blocking: run it in the executor."""
     topic = mapping.validate_topic(str(args.get("topic", "")), allow_system=True)
     info = parts.topics.get(topic)
@@ -72,7 +74,7 @@ def pull_records(parts: Parts, args: dict[str, Any]) -> tuple[dict[str, Any], li
     return header, read.records
 
 
-def frame(header: dict[str, Any], records: list[bytes]) -> bytes:
+def frame(header: dict[str, Any], records: list[bytes | memoryview]) -> bytes:
     head = json.dumps(header).encode()
     return b"".join([HEADER_LENGTH.pack(len(head)), head, *records])
 

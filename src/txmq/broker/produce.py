@@ -7,8 +7,9 @@ message, a delay message (held in the delay topic until due) or a transaction ha
 (through the coordinator). EndTransaction hands the decision to the coordinator, which makes it
 idempotent and refuses a contradicting one.
 Must not: speak gRPC streams, touch the event loop, or wake consumers (the server does, with
-what ``Sent``/``Decided`` return). Every method blocks on the store: run it in the executor so
-concurrent senders share one fsync (group commit).
+what ``Sent``/``Decided`` return). ``send`` and ``end`` block on the store's fsync (run them in a
+thread); ``send_steps`` and ``end_steps`` are the same work as ``txn.steps`` generators, which
+the event loop drives without blocking (txmq.broker.durable) when ``needs_thread`` is false.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from txmq.protocol import mapping
 from txmq.store.record import validate_draft
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions
+from txmq.txn.steps import Steps, run_blocking
 
 
 @dataclass(frozen=True)
@@ -137,13 +139,29 @@ class SendPath:
         return mapping.with_queue(draft, self.pick_queue(info, draft)), mtype, info
 
     def send(self, msgs: Sequence[Any], *, client_id: str, peer: str) -> list[Sent | Exception]:
+        """``send_steps`` run to the end in this thread."""
+        return run_blocking(self.send_steps(msgs, client_id=client_id, peer=peer))
+
+    @staticmethod
+    def needs_thread(msgs: Sequence[Any], topics: TopicRegistry) -> bool:
+        """Whether storing ``msgs`` may do more than wait for the store's fsync: create a topic
+        (a file write) or hold a delay message (the delay schedule's lock and reads). Such a
+        request runs ``send`` in a thread; the others can run ``send_steps`` on the loop."""
+        return any(
+            not topics.exists(m.topic.name) or m.system_properties.HasField("delivery_timestamp")
+            for m in msgs
+        )
+
+    def send_steps(
+        self, msgs: Sequence[Any], *, client_id: str, peer: str
+    ) -> Steps[list[Sent | Exception]]:
         """Store a request's messages; per message, in order, where it went or the error that
         refused it.
 
-        Why: the normal messages that pass validation are stored with one ``append_many`` per
+        Why: the normal messages that pass validation are stored with one append per
         BATCH_BYTES_MAX (one write, one fsync), not one durable append each in turn; the
-        others (FIFO, transactional, delayed) go one by one as in ``send``, in request order,
-        which keeps a FIFO group's messages in order in their queue.
+        others (FIFO, transactional, delayed) go one by one, in request order, which keeps a
+        FIFO group's messages in order in their queue.
         """
         out: list[Sent | Exception] = []
         plain: list[tuple[int, RecordDraft]] = []
@@ -157,13 +175,15 @@ class SendPath:
                     plain.append((i, draft))
                     out.append(_PENDING)
                 else:
-                    out.append(self._store(msg, draft, mtype, client_id=client_id))
+                    out.append((yield from self._store(msg, draft, mtype, client_id=client_id)))
             except Exception as exc:
                 out.append(exc)
         for chunk in _chunks(plain):
             started = time.perf_counter()
             try:
-                results = self.store.append_many([d for _, d in chunk])
+                pending = self.store.append_many_nowait([d for _, d in chunk])
+                yield pending
+                results = self.store.durable(pending)
             except Exception as exc:
                 for i, _ in chunk:
                     out[i] = exc
@@ -176,7 +196,9 @@ class SendPath:
         invariant(all(o is not _PENDING for o in out), "every message has an answer")
         return out
 
-    def _store(self, msg: Any, draft: RecordDraft, mtype: MessageType, *, client_id: str) -> Sent:
+    def _store(
+        self, msg: Any, draft: RecordDraft, mtype: MessageType, *, client_id: str
+    ) -> Steps[Sent]:
         started = time.perf_counter()
         tid = ""
         if mtype is MessageType.TRANSACTION:
@@ -186,16 +208,18 @@ class SendPath:
                 immunity = mapping.duration_ms(sp.orphaned_transaction_recovery_duration)
             # RocketMQ 5 producers name no group on the wire: the topic is the group (see
             # clients.py), which is also what check-back uses to find a live producer.
-            tid, res = self.tx.prepare(
+            tid, res = yield from self.tx.prepare_steps(
                 draft, producer_group=draft.topic, client_id=client_id, check_immunity_ms=immunity
             )
             queue_offset = -1
             invariant(bool(tid), "a prepared transaction has an id")
         elif mtype is MessageType.DELAY and due_later(draft, self.now_ms()):
-            self.delay.schedule(draft)
+            self.delay.schedule(draft)  # blocking: needs_thread sends such requests to a thread
             queue_offset = -1
         else:
-            res = self.store.append(draft)
+            pending = self.store.append_many_nowait([draft])
+            yield pending
+            (res,) = self.store.durable(pending)
             queue_offset = res.queue_offset
             invariant(queue_offset >= 0, "a normal append enters the consume queue")
         self.metrics.append_latency.observe(time.perf_counter() - started)
@@ -203,8 +227,14 @@ class SendPath:
         return Sent(draft.message_id, tid, draft.topic, draft.queue_id, queue_offset)
 
     def end(self, request: Any) -> Decided:
+        """``end_steps`` run to the end in this thread."""
+        return run_blocking(self.end_steps(request, block=True))
+
+    def end_steps(self, request: Any, *, block: bool) -> Steps[Decided]:
         """Decide a transaction from an EndTransactionRequest. Idempotent: the same decision
-        again answers OK; the opposite one raises TransactionConflictError."""
+        again answers OK; the opposite one raises TransactionConflictError. With ``block``
+        false, a decision of the same transaction in flight raises DecisionInFlightError (see
+        ``Transactions.end_steps``)."""
         if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
             raise BadRequestError("resolution must be COMMIT or ROLLBACK")
         if not request.transaction_id:
@@ -214,11 +244,12 @@ class SendPath:
             if request.source == pb.SOURCE_SERVER_CHECK
             else DecisionSource.PRODUCER
         )
-        outcome = self.tx.end(
+        outcome = yield from self.tx.end_steps(
             request.transaction_id,
             commit=request.resolution == pb.COMMIT,
             source=source,
             message_id=request.message_id,
+            block=block,
         )
         self.metrics.outcomes.labels(outcome.value, source.value).inc()
         return Decided(outcome, request.topic.name)

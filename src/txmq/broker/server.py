@@ -1,7 +1,8 @@
 """The gRPC servicer for ``apache.rocketmq.v2.MessagingService``: all 17 RPCs.
 
 Owns: routes (QueryRoute), client sessions (Heartbeat, Telemetry, NotifyClientTermination), the
-producer RPCs (SendMessage, EndTransaction, run by ``produce.SendPath`` in the executor), and
+producer RPCs (SendMessage, EndTransaction: ``produce.SendPath``, written on the loop and
+awaiting the fsync through ``durable.drive``, or in the executor when they may block), and
 answers for what txmq does not do (RecallMessage, SyncLiteSubscription: UNSUPPORTED). The
 consumer RPCs are delegated to the consumer side (``consume.ConsumeRpcs``); without one they
 answer UNSUPPORTED.
@@ -25,6 +26,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import errors, limits
+from txmq.broker import durable
 from txmq.broker.clients import Clients, Session
 from txmq.broker.config import BrokerConfig
 from txmq.broker.produce import SendPath
@@ -33,6 +35,7 @@ from txmq.broker.topics import TopicRegistry
 from txmq.errors import BadRequestError, ClientIdRequiredError, UnsupportedError
 from txmq.model import MessageType, Outcome
 from txmq.protocol import mapping, telemetry
+from txmq.txn.steps import DecisionInFlightError
 
 log = logging.getLogger("txmq.broker")
 T = TypeVar("T")
@@ -266,9 +269,14 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         cid, peer = client_id(context), context.peer() or ""
 
         msgs = list(request.messages)
-        # One executor trip for the whole request; its normal messages share one write and one
-        # fsync, the others (FIFO ones included) are stored one by one in request order.
-        outcomes = await self.run(self.sends.send, msgs, client_id=cid, peer=peer)
+        # Its normal messages share one write and one fsync, the others (FIFO ones included)
+        # are stored one by one in request order. Written on the loop, which then awaits the
+        # fsync (durable.py), unless storing may do more than that.
+        if SendPath.needs_thread(msgs, self.topics):
+            outcomes = await self.run(self.sends.send, msgs, client_id=cid, peer=peer)
+        else:
+            steps = self.sends.send_steps(msgs, client_id=cid, peer=peer)
+            outcomes = await durable.drive(steps, self.executor)
         entries = []
         for msg, got in zip(msgs, outcomes, strict=True):
             if isinstance(got, Exception):
@@ -295,7 +303,12 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         async def work() -> Any:
-            decided = await self.run(self.sends.end, request)
+            try:
+                decided = await durable.drive(
+                    self.sends.end_steps(request, block=False), self.executor
+                )
+            except DecisionInFlightError:
+                decided = await self.run(self.sends.end, request)  # waits for the other one
             if decided.outcome is Outcome.COMMITTED:
                 # The commit record is the message entering its queue: wake that topic.
                 self.notify_appended(decided.topic)

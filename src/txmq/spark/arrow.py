@@ -1,20 +1,20 @@
-"""Queue records -> pyarrow RecordBatches with the source's exact schema.
+"""The source's read schema, as Spark DDL and as Arrow, and how properties become a column.
 
-Owns: the read schema (as Spark DDL and as Arrow; they must describe the same columns, which
-tests/spark checks) and the conversion. Must not: talk to the broker or import pyspark.
-Timestamps are microseconds in UTC, which is how Spark's TimestampType travels in Arrow.
+Owns: the schema (both forms must describe the same columns, which tests/spark checks), the
+batch bounds and ``properties_column``; txmq.spark.columnar decodes pulled records into batches
+of this schema. Must not: talk to the broker or import pyspark. Timestamps are microseconds in
+UTC, which is how Spark's TimestampType travels in Arrow.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Final
 
 import pyarrow as pa
 
 from txmq.model import is_internal_property
-from txmq.store.record import Row
 
 SCHEMA_DDL: Final = (
     "topic string, queue_id int, queue_offset long, message_id string, keys array<string>, "
@@ -61,35 +61,9 @@ def _properties(raw: bytes, cache: dict[bytes, list[tuple[str, str]]]) -> list[t
     return got
 
 
-def _batch(rows: list[Row]) -> pa.RecordBatch:
-    topic, qid, qoff, mid, keys, tag, props, body, born, store = zip(*rows, strict=True)
+def properties_column(raw: Iterable[bytes]) -> pa.Array:
+    """The properties column from each record's properties JSON."""
     cache: dict[bytes, list[tuple[str, str]]] = {}
-    cols = {
-        "topic": topic,
-        "queue_id": qid,
-        "queue_offset": qoff,
-        "message_id": mid,
-        "keys": keys,
-        "tag": [t or None for t in tag],  # no tag reads as null, not ""
-        "properties": [_properties(p, cache) for p in props],
-        "body": body,
-        # A message without a born time reads as born when stored, as consumers see it.
-        "born_timestamp": [(b or s) * 1000 for b, s in zip(born, store, strict=True)],
-        "store_timestamp": [s * 1000 for s in store],
-    }
-    return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
-
-
-def to_batches(rows: Iterable[Row]) -> Iterator[pa.RecordBatch]:
-    """Bounded RecordBatches of the rows (``record.split_rows``), in order; nothing for no
-    rows."""
-    batch: list[Row] = []
-    size = 0
-    for row in rows:
-        batch.append(row)
-        size += len(row[7])
-        if len(batch) >= ROWS_PER_BATCH_MAX or size >= BATCH_BYTES_MAX:
-            yield _batch(batch)
-            batch, size = [], 0
-    if batch:
-        yield _batch(batch)
+    return pa.array(
+        [_properties(p, cache) for p in raw], type=ARROW_SCHEMA.field("properties").type
+    )

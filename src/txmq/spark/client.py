@@ -103,11 +103,6 @@ class Pulled:
         self._check(len(records))
         return records
 
-    def rows(self) -> list[record.Row]:
-        rows = record.split_rows(self.blob)
-        self._check(len(rows))
-        return rows
-
     def _check(self, decoded: int) -> None:
         if decoded != self.count:
             raise RemoteProtocolError(f"PullRecords announced {self.count} records, sent {decoded}")
@@ -250,7 +245,7 @@ class BrokerClient:
         """Up to ``max_count`` records from ``offset`` in one record pull (txmq.data.v1): only
         committed and normal messages are in a queue (half and rolled-back ones never are).
         Each record is verified again when the caller decodes it (size, magic, CRC, field
-        lengths): ``Pulled.records`` or ``Pulled.rows``.
+        lengths): ``Pulled.records`` or ``columnar.to_batch``.
 
         Raises:
             IllegalOffsetError: ``offset`` is below the queue's first retained offset.
@@ -285,11 +280,6 @@ class BrokerClient:
         """Every message with ``start <= queue_offset < end``, in order, as Records."""
         for got in self.pulls(topic, queue_id, start, end):
             yield from (rec for rec in got.records() if rec.queue_offset < end)
-
-    def read_rows(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[record.Row]:
-        """The same messages as Rows (``record.split_rows``): the Spark reader's fast path."""
-        for got in self.pulls(topic, queue_id, start, end):
-            yield from (row for row in got.rows() if row[2] < end)  # row[2]: queue offset
 
     def pulls(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Pulled]:
         """The pulls covering ``start <= queue_offset < end``, in order (the last one may

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -49,12 +50,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txmq.errors import IllegalOffsetError, invariant
+from txmq.errors import IllegalOffsetError, RemoteProtocolError, invariant
 from txmq.spark import options as opt
-from txmq.spark.arrow import SCHEMA_DDL, to_batches
-from txmq.spark.client import BrokerClient
+from txmq.spark.arrow import BATCH_BYTES_MAX, ROWS_PER_BATCH_MAX, SCHEMA_DDL
+from txmq.spark.client import BrokerClient, Pulled
+from txmq.spark.columnar import to_batch
 from txmq.spark.options import EARLIEST, LATEST, DataLossError, TxmqOptionError
-from txmq.store.record import Row
 
 
 @dataclass(frozen=True)
@@ -69,23 +70,47 @@ class TxmqPartition(InputPartition):
     fail_on_data_loss: bool = True
 
 
+def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
+    """The committed messages ``p.start <= queue_offset < p.end`` of one queue as Arrow.
+
+    Pulls are decoded a batch at a time (``columnar.to_batch``), up to ROWS_PER_BATCH_MAX rows
+    or BATCH_BYTES_MAX bytes per batch.
+    """
+    with BrokerClient(p.endpoints) as broker:
+        blobs: list[memoryview] = []
+        rows = size = 0
+        for got in _committed(broker, p):
+            blobs.append(got.blob)
+            rows += got.count
+            size += len(got.blob)
+            if rows >= ROWS_PER_BATCH_MAX or size >= BATCH_BYTES_MAX:
+                yield _decode(blobs, rows, p.end)
+                blobs, rows, size = [], 0, 0
+        if blobs:
+            yield _decode(blobs, rows, p.end)
+
+
+def _decode(blobs: list[memoryview], count: int, end: int) -> pa.RecordBatch:
+    batch = to_batch(blobs[0] if len(blobs) == 1 else b"".join(blobs))
+    if batch.num_rows != count:
+        raise RemoteProtocolError(f"PullRecords announced {count} records, sent {batch.num_rows}")
+    # A pull never asks past ``end``; this guard keeps the range exact whatever the broker does.
+    offsets = batch.column("queue_offset").to_numpy()
+    keep = int(np.searchsorted(offsets, end))
+    return batch if keep == batch.num_rows else batch.slice(0, keep)
+
+
 # Times one partition may find its next offset deleted by retention and skip ahead.
 DATA_LOSS_SKIPS_MAX = 3
 
 
-def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
-    """The committed messages ``p.start <= queue_offset < p.end`` of one queue as Arrow."""
-    with BrokerClient(p.endpoints) as broker:
-        yield from to_batches(_committed(broker, p))
-
-
-def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Row]:
+def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Pulled]:
     offset = p.start
     for _ in range(DATA_LOSS_SKIPS_MAX + 1):
         try:
-            for row in broker.read_rows(p.topic, p.queue_id, offset, p.end):
-                offset = row[2] + 1  # the row's queue offset
-                yield row
+            for got in broker.pulls(p.topic, p.queue_id, offset, p.end):
+                offset = got.next_offset
+                yield got
             return
         except IllegalOffsetError as exc:
             if p.fail_on_data_loss:

@@ -21,11 +21,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmq import limits
 from txmq.errors import CorruptRecordError, OffsetNotFoundError, invariant
 from txmq.model import Record
 from txmq.store import record as codec
 from txmq.store.disk import Disk
 from txmq.store.segment import Segment, is_segment_name, iter_raw, segment_name
+
+# Bulk reads: spans at most this far apart share one pread, up to this many bytes per pread.
+_RUN_GAP_MAX = 16 * limits.KiB
+_RUN_BYTES_MAX = 8 * limits.MiB
 
 
 @dataclass(frozen=True)
@@ -131,11 +136,15 @@ class CommitLog:
             raise CorruptRecordError(offset, f"no record here (magic {magic:#x}, size {size})")
         return codec.decode(seg.handle.pread(size, pos), offset)
 
-    def read_bytes_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes | None]:
+    def read_bytes_many(self, spans: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         """The verified bytes of each ``(offset, size)`` record (a consume-queue entry knows
-        the size, so each is one pread and a CRC, with no field decoding); None for a record
-        retention deleted. One segment lookup serves every span it covers: the bulk reader's
-        path (Spark), where a per-record ``read`` costs more than the pread.
+        the size, so no field decoding is needed), in order; None for a record retention
+        deleted. The bulk reader's path (Spark).
+
+        Why runs: records of one queue usually sit close together in the log, so spans at most
+        _RUN_GAP_MAX apart are read with one pread per run (up to _RUN_BYTES_MAX) and sliced;
+        copying a few KiB of page cache costs less than a syscall per record. Each record is
+        still verified on its own (size, magic, CRC, stored offset).
 
         Raises:
             OffsetNotFoundError: an offset at/after the log end.
@@ -143,29 +152,43 @@ class CommitLog:
         """
         with self._segments_lock:
             starts, segments = list(self._starts), list(self.segments)
-        out: list[bytes | None] = []
+        out: list[memoryview | None] = []
         seg: Segment | None = None
-        for offset, size in spans:
+        i, n = 0, len(spans)
+        while i < n:
+            offset, size = spans[i]
             if offset < starts[0]:
                 out.append(None)
+                i += 1
                 continue
             if seg is None or not seg.start <= offset < seg.start + self.segment_size:
-                i = bisect.bisect_right(starts, offset) - 1
-                seg = segments[i]
+                seg = segments[bisect.bisect_right(starts, offset) - 1]
             pos = offset - seg.start
             if pos >= seg.used:
                 raise OffsetNotFoundError(f"commit-log offset {offset} is outside the log")
             if not codec.RECORD_SIZE_MIN <= size <= seg.used - pos:
                 raise CorruptRecordError(offset, f"no record of {size} bytes here")
+            j, run_end, seg_end = i + 1, offset + size, seg.start + seg.used
+            while j < n:
+                nxt, nsize = spans[j]
+                if not (
+                    run_end <= nxt <= run_end + _RUN_GAP_MAX
+                    and nsize >= codec.RECORD_SIZE_MIN
+                    and nxt + nsize <= min(seg_end, offset + _RUN_BYTES_MAX)
+                ):
+                    break  # the next span starts its own run, with the checks above
+                run_end = nxt + nsize
+                j += 1
             try:
-                buf = seg.handle.pread(size, pos)
+                view = memoryview(seg.handle.pread(run_end - offset, pos))
             except OSError:
                 if offset < self.start_offset:
-                    out.append(None)  # Retention closed the segment while we read it.
+                    out += [None] * (j - i)  # Retention closed the segment while we read it.
+                    i = j
                     continue
                 raise
-            codec.verify(buf, offset)
-            out.append(buf)
+            out += codec.verify_spans(view, offset, spans[i:j])
+            i = j
         return out
 
     def scan(self, offset: int, max_count: int, end: int | None = None) -> list[Record]:

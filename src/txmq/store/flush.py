@@ -1,11 +1,12 @@
 """Group commit: the writers' lock, the flusher thread, durability waits and fencing.
 
 Owns: ``GroupCommit``. Writers hold ``lock`` while they write a record (page cache only) and
-hand its dispatch entry to ``add``, which returns the Event of the group the write joined; in
-SYNC mode they then release the lock and wait on that Event (``wait_durable``). One flusher
+hand its dispatch entry to ``add``, which returns the ``Group`` the write joined; in SYNC mode
+they then release the lock and wait for that group (``wait_durable``), or ask it to call them
+back (``Group.on_done``: how the broker's event loop waits without a thread). One flusher
 thread takes everything written when it wakes, starts a new group, runs ``sync_log`` (one
 fdatasync), ``publish``es the entries (to consume queues and the index), moves
-``durable_end`` and sets the group's Event. So one fsync serves every writer that arrived
+``durable_end`` and sets the group done. So one fsync serves every writer that arrived
 meanwhile, a record is visible to readers only once durable, and waking a group's writers never
 goes through the writer lock. In ASYNC mode ``add`` publishes at once and the flusher syncs
 once per ``flush_interval_ms`` (or when ``flush`` asks).
@@ -19,6 +20,7 @@ except ``publish`` in ASYNC mode (lock order: writer lock, then the dispatcher's
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 
@@ -26,6 +28,43 @@ from txmq.errors import StoreFencedError, invariant
 from txmq.store.record import Entry
 
 Publish = Callable[[Sequence[Entry], int], None]
+log = logging.getLogger(__name__)
+
+
+class Group:
+    """The writes one fsync covers: done once that fsync returned or the store fenced (then
+    ``GroupCommit.check_durable`` tells which)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def wait(self) -> None:
+        self._done.wait()
+
+    def on_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once done: from the thread that completes the group, or now if it
+        is done already. It must not block or take the writer lock (it may run under it)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def set(self) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                # Why not raise: the flusher calls this, and one waiter's broken callback must
+                # not stop durability for every other writer.
+                log.exception("a durability callback failed")
 
 
 class GroupCommit:
@@ -41,13 +80,13 @@ class GroupCommit:
     ) -> None:
         self.lock = threading.Lock()
         # Writers wake only the flusher (``_work``). SYNC writers wait, without the writer lock,
-        # on the Event of the group their write belongs to (``_group``): the flusher sets it
-        # once that group is durable, so waking them costs no trip through the writer lock.
+        # for the group their write belongs to (``_group``): the flusher sets it once that group
+        # is durable, so waking them costs no trip through the writer lock.
         # ``_durable`` wakes ``flush()`` callers.
         self._work = threading.Condition(self.lock)
         self._durable = threading.Condition(self.lock)
-        self._group = threading.Event()
-        self._in_flight: threading.Event | None = None
+        self._group = Group()
+        self._in_flight: Group | None = None
         self._sync_mode = sync_mode
         self._interval_s = interval_ms / 1000.0
         self._sync_log = sync_log
@@ -71,10 +110,10 @@ class GroupCommit:
         if self.fenced:
             raise StoreFencedError(self.fenced)
 
-    def add(self, entries: Sequence[Entry], end: int) -> threading.Event | None:
+    def add(self, entries: Sequence[Entry], end: int) -> Group | None:
         """Record that bytes up to ``end`` are written; ``entries`` await durability.
 
-        Returns the Event to pass to ``wait_durable`` (SYNC), or None (ASYNC: published now).
+        Returns the group to pass to ``wait_durable`` (SYNC), or None (ASYNC: published now).
         """
         invariant(end >= self.written_end, "written end moves forward only")
         self.written_end = end
@@ -96,16 +135,19 @@ class GroupCommit:
 
     # --- Called without ``lock``. ----------------------------------------------------------------
 
-    def wait_durable(self, group: threading.Event | None, end: int) -> None:
+    def wait_durable(self, group: Group | None, end: int) -> None:
         """SYNC: block until the fsync of ``group`` (from ``add``) covers ``end``.
 
         Raises:
             StoreFencedError: the fsync that would have covered ``end`` failed.
         """
-        if group is None:
-            return
-        group.wait()  # Always set: by the flusher after the fsync, or by fence().
-        if self.durable_end < end:
+        if group is not None:
+            group.wait()  # Always set: by the flusher after the fsync, or by fence().
+        self.check_durable(group, end)
+
+    def check_durable(self, group: Group | None, end: int) -> None:
+        """After ``group`` is done: raise StoreFencedError unless ``end`` is durable."""
+        if group is not None and self.durable_end < end:
             raise StoreFencedError(self.fenced)
 
     def flush(self) -> None:
@@ -131,8 +173,8 @@ class GroupCommit:
 
     # --- The flusher thread. ---------------------------------------------------------------------
 
-    def _take(self) -> tuple[int, list[Entry], threading.Event] | None:
-        """Wait for work; return (target end, entries to publish, the group's Event) or None
+    def _take(self) -> tuple[int, list[Entry], Group] | None:
+        """Wait for work; return (target end, entries to publish, the group) or None
         to exit. Writers that write after this join the next group."""
         with self.lock:
             while True:
@@ -149,7 +191,7 @@ class GroupCommit:
                     break  # The interval passed: flush what ASYNC writers left in the page cache.
             self._flush_requested = False
             batch, self._pending = self._pending, []
-            group, self._group = self._group, threading.Event()
+            group, self._group = self._group, Group()
             self._in_flight = group
             return self.written_end, batch, group
 

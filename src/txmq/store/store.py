@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -43,7 +44,7 @@ from txmq.store.config import StoreConfig
 from txmq.store.consume_queue import ConsumeQueue, tag_hash
 from txmq.store.disk import Disk, OsDisk
 from txmq.store.dispatch import Dispatcher
-from txmq.store.flush import GroupCommit
+from txmq.store.flush import Group, GroupCommit
 from txmq.store.index import id_hash, key_hash
 from txmq.store.recovery import RecoveryReport, recover
 
@@ -53,6 +54,16 @@ _DISK_CHECK_EVERY: Final = 256
 _DISK_CHECK_MS: Final = 1_000
 # A checkpoint is taken after this many flushed bytes, bounding recovery work after a crash.
 _CHECKPOINT_EVERY_BYTES: Final = 64 * limits.MiB
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A write ``append_many_nowait`` made: durable once ``group`` is done (None: at once, in
+    ASYNC mode or for an empty batch)."""
+
+    results: list[AppendResult]
+    end: int
+    group: Group | None
 
 
 class Store:
@@ -131,8 +142,21 @@ class Store:
             DiskFullError: disk usage is above the watermark.
             StoreClosedError: the store is closed.
         """
+        pending = self.append_many_nowait(drafts)
+        if pending.group is not None:
+            pending.group.wait()
+        return self.durable(pending)
+
+    def append_many_nowait(self, drafts: Sequence[RecordDraft]) -> Pending:
+        """``append_many`` up to the write: returns at once, before the fsync.
+
+        The records are durable (and readable) once ``pending.group`` is done, which a caller
+        waits for (``group.wait()``) or asks to be told of (``group.on_done``: how the broker's
+        event loop waits without a thread); then ``durable(pending)`` gives the results or
+        raises StoreFencedError. Raises what ``append_many`` raises before writing.
+        """
         if not drafts:
-            return []
+            return Pending([], self._group.written_end, None)
         for d in drafts:
             codec.validate_draft(d, body_size_max=self.config.body_size_max)
         with self._group.lock:
@@ -140,8 +164,16 @@ class Store:
             now = max(self.now_ms(), self._last_store_ms)
             results, end, group = self._write_locked(drafts, now)
             self._last_store_ms = now
-        self._group.wait_durable(group, end)
-        return results
+        return Pending(results, end, group)
+
+    def durable(self, pending: Pending) -> list[AppendResult]:
+        """The results of a write from ``append_many_nowait`` once its group is done.
+
+        Raises:
+            StoreFencedError: the fsync that would have covered it failed.
+        """
+        self._group.check_durable(pending.group, pending.end)
+        return pending.results
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -157,9 +189,9 @@ class Store:
 
     def _write_locked(
         self, drafts: Sequence[RecordDraft], now: int
-    ) -> tuple[list[AppendResult], int, threading.Event | None]:
+    ) -> tuple[list[AppendResult], int, Group | None]:
         """Encode, place and write a batch under the writer lock; returns the results, the end
-        offset and the group-commit Event to wait on (None in ASYNC mode)."""
+        offset and the group commit to wait for (None in ASYNC mode)."""
         assigned: dict[tuple[str, int], int] = {}
         bufs: list[bytearray] = []
         qoffs: list[int] = []
@@ -364,7 +396,7 @@ class Store:
             lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
         if cq is None:
             return QueueBytes([], offset, 0, 0)
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         next_offset, taken, full = min(max(offset, lo), hi), 0, False
         while len(out) < max_count and next_offset < hi and not full:
             want = min(max_count - len(out), hi - next_offset)

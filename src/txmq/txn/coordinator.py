@@ -72,9 +72,10 @@ from txmq.model import (
     RecordDraft,
     TxnFlag,
 )
-from txmq.store.store import Store
+from txmq.store.store import Pending, Store
 from txmq.txn import records
 from txmq.txn.book import Due, Txn, TxnBook, TxnState, Wait
+from txmq.txn.steps import DecisionInFlightError, Steps, run_blocking
 from txmq.txn.values import CheckRequest as CheckRequest
 from txmq.txn.values import ClaimingResolver as ClaimingResolver
 from txmq.txn.values import LiveGroups as LiveGroups
@@ -161,6 +162,26 @@ class Transactions:
             TooManyRequestsError: TRANSACTIONS_PENDING_MAX transactions are pending.
             StoreError and MessageBodyTooLargeError from the append.
         """
+        return run_blocking(
+            self.prepare_steps(
+                draft,
+                producer_group=producer_group,
+                transaction_id=transaction_id,
+                client_id=client_id,
+                check_immunity_ms=check_immunity_ms,
+            )
+        )
+
+    def prepare_steps(
+        self,
+        draft: RecordDraft,
+        *,
+        producer_group: str,
+        transaction_id: str = "",
+        client_id: str = "",
+        check_immunity_ms: int | None = None,
+    ) -> Steps[tuple[str, AppendResult]]:
+        """``prepare`` as steps: yields the store write to wait for (see ``Steps``)."""
         invariant(draft.flag is TxnFlag.NORMAL, "prepare takes the real message as a draft")
         tid = transaction_id or uuid.uuid4().hex
         half = records.half_draft(
@@ -177,7 +198,9 @@ class Transactions:
             self._preparing.add(tid)
             token = self._op_start()
         try:
-            result = self.store.append(half)
+            pending = self.store.append_many_nowait([half])
+            yield pending
+            (result,) = self.store.durable(pending)
             stored = records.stored_half(half, result)
             txn = records.txn_of_half(
                 stored, default_timeout_ms=self.timeout_ms, claimed=self._claimed(stored)
@@ -202,12 +225,31 @@ class Transactions:
                 message.
             StoreError: the decision record could not be appended (still undecided).
         """
+        steps = self.end_steps(
+            transaction_id, commit=commit, source=source, message_id=message_id, block=True
+        )
+        return run_blocking(steps)
+
+    def end_steps(
+        self,
+        transaction_id: str,
+        *,
+        commit: bool,
+        source: DecisionSource,
+        message_id: str = "",
+        block: bool,
+    ) -> Steps[Outcome]:
+        """``end`` as steps (see ``Steps``). With ``block`` false a decision of the same
+        transaction already in flight raises DecisionInFlightError instead of waiting for it
+        (an event loop must not wait on a lock): the caller then runs ``end`` in a thread."""
         outcome = Outcome.COMMITTED if commit else Outcome.ROLLED_BACK
         with self._lock:
             while True:
                 begun = self.book.begin(transaction_id, outcome, source)
                 if begun is not Wait.IN_FLIGHT:
                     break
+                if not block:
+                    raise DecisionInFlightError(transaction_id)
                 self._decided.wait(timeout=_DECIDING_WAIT_S)
             if begun is None:
                 return outcome
@@ -219,7 +261,9 @@ class Transactions:
                 )
             token = self._op_start()
         try:
-            self._append_decision(txn, outcome, source)
+            pending = self._append_decision(txn, outcome, source)
+            yield pending
+            self.store.durable(pending)
         except BaseException:
             with self._lock:
                 self.book.abort_decision(txn)
@@ -270,12 +314,11 @@ class Transactions:
         if half is not None:
             self._halves_bytes -= half.size
 
-    def _append_decision(self, txn: Txn, outcome: Outcome, source: DecisionSource) -> None:
+    def _append_decision(self, txn: Txn, outcome: Outcome, source: DecisionSource) -> Pending:
         if outcome is Outcome.ROLLED_BACK and source is not DecisionSource.MAX_CHECKS:
             # A rollback needs only the half's offset, so it works even after retention
             # deleted a dead transaction's half message.
-            self.store.append_many(records.rollback_drafts(txn, source, None))
-            return
+            return self.store.append_many_nowait(records.rollback_drafts(txn, source, None))
         if txn.half_offset < self.store.log_start_offset:
             raise InvalidTransactionIdError(
                 txn.transaction_id, "its half message was deleted by retention"
@@ -287,9 +330,8 @@ class Transactions:
             "a decision must point at its own half record",
         )
         if outcome is Outcome.COMMITTED:
-            self.store.append(records.commit_draft(half, source))
-        else:
-            self.store.append_many(records.rollback_drafts(txn, source, half))
+            return self.store.append_many_nowait([records.commit_draft(half, source)])
+        return self.store.append_many_nowait(records.rollback_drafts(txn, source, half))
 
     # --- Check-back. ---------------------------------------------------------------------------
 
