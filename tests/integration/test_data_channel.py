@@ -68,3 +68,25 @@ def test_bad_pulls_are_refused_with_typed_errors(broker: BrokerProcess) -> None:
             assert header["code"] == CODE_BAD_REQUEST and next(iter(bad)) in header["error"]
         # Still serving after the abuse.
         assert c.queue_count("pull2") >= 1
+
+
+def test_queue_offsets_lists_every_queue_in_one_call(broker: BrokerProcess) -> None:
+    with BrokerClient(broker.endpoints) as c:
+        c.send([build_message("ranges", b"x") for _ in range(3)])  # one batch: one queue
+        c.send([build_message("ranges", b"y")])
+        ranges = c.queue_ranges("ranges")
+        assert len(ranges) == c.queue_count("ranges") >= 2
+        assert ranges == [
+            (c.query_offset("ranges", q, "earliest"), c.query_offset("ranges", q, "latest"))
+            for q in range(len(ranges))
+        ]
+        assert sorted(hi for _, hi in ranges if hi) == [1, 3]
+        with pytest.raises(TopicNotFoundError):
+            c.queue_ranges("never-created")  # and it stays that way: no auto-create here
+        with pytest.raises(TopicNotFoundError):
+            c.queue_count("never-created")
+        with pytest.raises(IllegalTopicError):
+            c.queue_ranges("bad topic!")
+        raw = c.channel.unary_unary(f"/{DATA_SERVICE}/QueueOffsets")(b"[1]", timeout=10)
+        (n,) = struct.unpack_from(">I", raw)
+        assert json.loads(raw[4 : 4 + n])["code"] == CODE_BAD_REQUEST

@@ -284,3 +284,25 @@ def test_a_batched_send_answers_each_message_in_order(broker: BrokerProcess, stu
     assert [e.status.code for e in r.entries] == [pb.OK] * 5
     offsets = [e.offset for e in r.entries]
     assert offsets == sorted(offsets) and len(set(offsets)) == 5
+
+
+def test_a_batch_shares_one_queue_and_batches_rotate(broker: BrokerProcess, stub: Any) -> None:
+    """RocketMQ stores a batch in one queue: a request's messages without a message group go
+    to one queue together, side by side in order; the next request goes to the next queue."""
+    from txmq.spark.client import BrokerClient
+
+    sent = [send(stub, *[wire("sticky", f"{b}-{i}".encode()) for i in range(6)]) for b in range(3)]
+    with BrokerClient(broker.endpoints) as c:
+        queues = {
+            q: [
+                rec.body
+                for rec in c.read_range("sticky", q, 0, c.query_offset("sticky", q, "latest"))
+            ]
+            for q in range(c.queue_count("sticky"))
+        }
+    batches = [sorted(bodies) for bodies in queues.values() if bodies]
+    assert sorted(batches) == [[f"{b}-{i}".encode() for i in range(6)] for b in range(3)]
+    for r in sent:
+        assert [e.offset for e in r.entries] == list(
+            range(r.entries[0].offset, r.entries[0].offset + 6)
+        )

@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from txmq import limits
+from txmq import limits, malloc
 from txmq.broker.admin import add_admin
 from txmq.broker.checkback import CheckBack
 from txmq.broker.config import BrokerConfig
@@ -208,6 +208,8 @@ def run(config: BrokerConfig) -> None:
     ``port=0`` that line is how a caller learns the port.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not malloc.keep_large_blocks():
+        log.info("malloc tuning does not apply here (not glibc); large replies cost page faults")
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -1,4 +1,5 @@
-"""The data channel: ``txmq.data.v1.Data/PullRecords``, a bulk read of one queue by offset.
+"""The data channel, ``txmq.data.v1.Data``: PullRecords, a bulk read of one queue by offset,
+and QueueOffsets, every queue's retained range in one call.
 
 Why: the v2 PullMessage streams one protobuf Message per item, and in Python gRPC each item
 costs tens of microseconds on both ends, which capped the Spark connector far below what the
@@ -10,7 +11,10 @@ Request: a JSON object ``{"topic", "queue_id", "offset", "max_count"?, "max_byte
 Reply: a 4-byte big-endian header length, a JSON header, then the records back to back. The
 header is ``{"ok": true, "next_offset", "min_offset", "max_offset", "count"}`` or
 ``{"ok": false, "code": <RocketMQ status code>, "error": str}`` (see admin.refusal).
-Only committed and normal messages are in a queue, as for every queue read. An ``offset`` below
+QueueOffsets takes ``{"topic"}`` and answers the same framing with no records and the header
+``{"ok": true, "queues": [[min_offset, max_offset], ...]}`` (one pair per queue, in queue order);
+it never creates the topic. Only committed and normal messages are in a queue, as for every
+queue read. An ``offset`` below
 the queue's first retained offset is refused with ILLEGAL_OFFSET (retention deleted it): the
 reader decides whether that is data loss. No long polling: readers ask for ranges the broker
 already reported.
@@ -40,6 +44,13 @@ def _int(args: dict[str, Any], name: str, default: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequestError(f"{name} must be an integer, got {value!r}")
     return value
+
+
+def _args(body: bytes) -> dict[str, Any]:
+    args = json.loads(body or b"{}")
+    if not isinstance(args, dict):
+        raise BadRequestError("request body must be a JSON object")
+    return args
 
 
 def pull_records(
@@ -74,6 +85,16 @@ def pull_records(
     return header, read.records
 
 
+def queue_offsets(parts: Parts, args: dict[str, Any]) -> dict[str, Any]:
+    """The header for one QueueOffsets request. Memory only: runs on the event loop."""
+    topic = mapping.validate_topic(str(args.get("topic", "")), allow_system=True)
+    info = parts.topics.get(topic)
+    return {
+        "ok": True,
+        "queues": [list(parts.store.queue_offsets(topic, q)) for q in range(info.queue_count)],
+    }
+
+
 def frame(header: dict[str, Any], records: list[bytes | memoryview]) -> bytes:
     head = json.dumps(header).encode()
     return b"".join([HEADER_LENGTH.pack(len(head)), head, *records])
@@ -84,13 +105,19 @@ def add_data(server: Any, parts: Parts, service: Any) -> None:
 
     async def pull(body: bytes, context: Any) -> bytes:
         try:
-            args = json.loads(body or b"{}")
-            if not isinstance(args, dict):
-                raise BadRequestError("request body must be a JSON object")
-            header, records = await service.run(pull_records, parts, args)
+            header, records = await service.run(pull_records, parts, _args(body))
             return frame(header, records)
         except Exception as exc:
             return frame(refusal(exc, "PullRecords"), [])
 
-    handlers = {"PullRecords": grpc.unary_unary_rpc_method_handler(pull)}
+    async def offsets(body: bytes, context: Any) -> bytes:
+        try:
+            return frame(queue_offsets(parts, _args(body)), [])
+        except Exception as exc:
+            return frame(refusal(exc, "QueueOffsets"), [])
+
+    handlers = {
+        "PullRecords": grpc.unary_unary_rpc_method_handler(pull),
+        "QueueOffsets": grpc.unary_unary_rpc_method_handler(offsets),
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

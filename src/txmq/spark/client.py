@@ -16,9 +16,11 @@ rolls the stray copy back.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as sv
-from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import errors, limits
 from txmq.errors import (
@@ -58,6 +57,16 @@ PULL_BATCH_MAX: Final = limits.READ_BATCH_MAX
 # Messages per SendMessage request; the broker takes at most 64.
 SEND_BATCH_MAX: Final = 64
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@functools.cache
+def _v2() -> types.SimpleNamespace:
+    """The RocketMQ v2 stubs, imported on first use. Why: importing them loads the whole
+    rocketmq package (its client, OpenTelemetry: ~0.2 s), and a Spark reader, which only uses
+    the data channel, pays that in every fresh Python process Spark starts for it."""
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
+
+    return types.SimpleNamespace(pb=definition_pb2, sv=service_pb2, sg=service_pb2_grpc)
 
 
 class BrokerRefusedError(TxmqError):
@@ -127,6 +136,7 @@ def build_message(
     transactional: bool = False,
 ) -> Any:
     """A wire Message with a fresh id, as the official client builds one."""
+    pb = _v2().pb
     msg = pb.Message(topic=pb.Resource(name=topic), body=body)
     for k, v in (properties or {}).items():
         msg.user_properties[k] = v
@@ -141,6 +151,7 @@ def build_message(
 
 
 def _queue(topic: str, queue_id: int) -> Any:
+    pb = _v2().pb
     return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
 
 
@@ -162,7 +173,7 @@ class BrokerClient:
                 ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ],
         )
-        self.stub = sg.MessagingServiceStub(self.channel)
+        self._stub: Any = None  # the v2 stub, made on first use (see _v2)
 
     def __enter__(self) -> BrokerClient:
         return self
@@ -202,7 +213,9 @@ class BrokerClient:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _unary(self, method: str, request: Any) -> Any:
-        rpc = getattr(self.stub, method)
+        if self._stub is None:
+            self._stub = _v2().sg.MessagingServiceStub(self.channel)
+        rpc = getattr(self._stub, method)
         return self._retrying(
             method, lambda: rpc(request, metadata=self.metadata(), timeout=self.timeout_s)
         )
@@ -212,6 +225,7 @@ class BrokerClient:
     def query_offset(self, topic: str, queue_id: int, policy: str, *, timestamp_ms: int = 0) -> int:
         """``policy``: "earliest" (first retained), "latest" (next to be written) or
         "timestamp" (first message stored at or after ``timestamp_ms``)."""
+        pb, sv = _v2().pb, _v2().sv
         wire = {"earliest": pb.BEGINNING, "latest": pb.END, "timestamp": pb.TIMESTAMP}
         if policy not in wire:
             raise BadRequestError(f"unknown offset policy {policy!r}")
@@ -224,15 +238,20 @@ class BrokerClient:
         return int(reply.offset)
 
     def queue_count(self, topic: str) -> int:
-        """Queues of an existing topic. Never creates it: QueryRoute would auto-create, so the
-        topic's existence is checked first with QueryOffset, which does not."""
-        self.query_offset(topic, 0, "earliest")
-        reply = self._unary("QueryRoute", sv.QueryRouteRequest(topic=pb.Resource(name=topic)))
-        raise_for_status(reply.status, call="QueryRoute", topic=topic)
-        count = len(reply.message_queues)
-        if count < 1:
-            raise RemoteProtocolError(f"the route of topic {topic!r} lists no queues")
-        return count
+        """Queues of an existing topic (QueueOffsets, which never creates one)."""
+        return len(self.queue_ranges(topic))
+
+    def queue_ranges(self, topic: str) -> list[tuple[int, int]]:
+        """(first retained, next to be written) offset of each queue of an existing topic, in
+        one call on the data channel (txmq.data.v1.Data/QueueOffsets)."""
+        header, _ = self._data("QueueOffsets", {"topic": topic}, topic)
+        queues = header.get("queues")
+        if not isinstance(queues, list) or not queues:
+            raise RemoteProtocolError(f"QueueOffsets listed no queues for topic {topic!r}")
+        try:
+            return [(int(lo), int(hi)) for lo, hi in queues]
+        except (TypeError, ValueError) as exc:
+            raise RemoteProtocolError(f"QueueOffsets answered {queues!r}") from exc
 
     def offsets(self, topic: str, queues: int, policy: str, *, timestamp_ms: int = 0) -> list[int]:
         return [
@@ -251,30 +270,39 @@ class BrokerClient:
             IllegalOffsetError: ``offset`` is below the queue's first retained offset.
             CorruptRecordError: a record in the reply fails verification.
         """
-        rpc = self.channel.unary_unary(f"/{DATA_SERVICE}/PullRecords")
-        args = json.dumps(
-            {
-                "topic": topic,
-                "queue_id": queue_id,
-                "offset": offset,
-                "max_count": max(1, min(max_count, PULL_BATCH_MAX)),
-            }
-        ).encode()
+        args = {
+            "topic": topic,
+            "queue_id": queue_id,
+            "offset": offset,
+            "max_count": max(1, min(max_count, PULL_BATCH_MAX)),
+        }
+        header, blob = self._data("PullRecords", args, topic)
+        return Pulled(blob, int(header["count"]), int(header["next_offset"]))
+
+    def _data(
+        self, method: str, args: dict[str, Any], topic: str
+    ) -> tuple[dict[str, Any], memoryview]:
+        """Call the data channel: (the reply's JSON header, the bytes after it). A refusal
+        raises its typed error (``raise_for_code``)."""
+        rpc = self.channel.unary_unary(f"/{DATA_SERVICE}/{method}")
+        body = json.dumps(args).encode()
         raw = self._retrying(
-            "PullRecords", lambda: rpc(args, metadata=self.metadata(), timeout=self.timeout_s)
+            method, lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s)
         )
         view = memoryview(raw)
         if len(view) < 4:
-            raise RemoteProtocolError("PullRecords answered fewer than 4 bytes")
+            raise RemoteProtocolError(f"{method} answered fewer than 4 bytes")
         (n,) = _HEADER_LENGTH.unpack_from(view)
         if n > len(view) - 4:
-            raise RemoteProtocolError("PullRecords header runs past the reply")
+            raise RemoteProtocolError(f"{method} header runs past the reply")
         header = json.loads(view[4 : 4 + n].tobytes())
+        if not isinstance(header, dict):
+            raise RemoteProtocolError(f"{method} header is not a JSON object")
         if not header.get("ok"):
             code = int(header.get("code", errors.CODE_INTERNAL_ERROR))
-            raise_for_code(code, str(header.get("error", "")), call="PullRecords", topic=topic)
-            raise RemoteProtocolError("PullRecords refused without an error code")
-        return Pulled(view[4 + n :], int(header["count"]), int(header["next_offset"]))
+            raise_for_code(code, str(header.get("error", "")), call=method, topic=topic)
+            raise RemoteProtocolError(f"{method} refused without an error code")
+        return header, view[4 + n :]
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
         """Every message with ``start <= queue_offset < end``, in order, as Records."""
@@ -317,6 +345,7 @@ class BrokerClient:
         """Send up to SEND_BATCH_MAX messages in one request; raises if any was refused."""
         if not 0 < len(messages) <= SEND_BATCH_MAX:
             raise BadRequestError(f"send takes 1..{SEND_BATCH_MAX} messages")
+        sv = _v2().sv
         reply = self._unary("SendMessage", sv.SendMessageRequest(messages=list(messages)))
         for msg, entry in zip(messages, reply.entries, strict=False):
             raise_for_status(entry.status, call="SendMessage", topic=msg.topic.name)
@@ -332,6 +361,7 @@ class BrokerClient:
         """Commit or roll back one half message. Idempotent; a contradicting earlier decision
         (say check-back rolled it back after its maximum checks) raises BrokerRefusedError
         with code PRECONDITION_FAILED."""
+        pb, sv = _v2().pb, _v2().sv
         req = sv.EndTransactionRequest(
             topic=pb.Resource(name=half.topic),
             message_id=half.message_id,

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -50,12 +48,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from txmq import malloc
 from txmq.errors import IllegalOffsetError, RemoteProtocolError, invariant
 from txmq.spark import options as opt
 from txmq.spark.arrow import BATCH_BYTES_MAX, ROWS_PER_BATCH_MAX, SCHEMA_DDL
 from txmq.spark.client import BrokerClient, Pulled
-from txmq.spark.columnar import to_batch
 from txmq.spark.options import EARLIEST, LATEST, DataLossError, TxmqOptionError
+
+if TYPE_CHECKING:
+    # Why not at run time: numpy and pyarrow are needed only where rows are read (a task), not
+    # in the planner process Spark starts for every streaming query.
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
     Pulls are decoded a batch at a time (``columnar.to_batch``), up to ROWS_PER_BATCH_MAX rows
     or BATCH_BYTES_MAX bytes per batch.
     """
+    malloc.keep_large_blocks()  # each pull is a ~1-8 MiB reply: see txmq.malloc
     with BrokerClient(p.endpoints) as broker:
         blobs: list[memoryview] = []
         rows = size = 0
@@ -91,6 +95,10 @@ def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _decode(blobs: list[memoryview], count: int, end: int) -> pa.RecordBatch:
+    import numpy as np
+
+    from txmq.spark.columnar import to_batch
+
     batch = to_batch(blobs[0] if len(blobs) == 1 else b"".join(blobs))
     if batch.num_rows != count:
         raise RemoteProtocolError(f"PullRecords announced {count} records, sent {batch.num_rows}")
@@ -116,7 +124,7 @@ def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Pulled]:
             if p.fail_on_data_loss:
                 raise DataLossError(p.topic, p.queue_id, offset, str(exc)) from exc
             # failOnDataLoss=false: skip what retention deleted, read the rest of the range.
-            earliest = broker.query_offset(p.topic, p.queue_id, "earliest")
+            earliest = broker.queue_ranges(p.topic)[p.queue_id][0]
             if earliest <= offset:
                 raise DataLossError(p.topic, p.queue_id, offset, str(exc)) from exc
             offset = min(earliest, p.end)
@@ -146,15 +154,18 @@ class Source:
         return cls(endpoints, topic, queues, opt.boolean(opts, "failondataloss", True))
 
     def resolve(self, broker: BrokerClient, values: list[int]) -> list[int]:
-        """Replace EARLIEST/LATEST markers by the queues' current offsets."""
-        out = []
-        for q, v in enumerate(values):
-            if v == EARLIEST:
-                v = broker.query_offset(self.topic, q, "earliest")
-            elif v == LATEST:
-                v = broker.query_offset(self.topic, q, "latest")
-            out.append(v)
-        return out
+        """Replace EARLIEST/LATEST markers by the queues' current offsets (one call)."""
+        if EARLIEST not in values and LATEST not in values:
+            return list(values)
+        ranges = broker.queue_ranges(self.topic)
+        if len(ranges) != len(values):
+            raise RemoteProtocolError(
+                f"topic {self.topic!r} now has {len(ranges)} queues; the read planned {len(values)}"
+            )
+        return [
+            lo if v == EARLIEST else hi if v == LATEST else v
+            for v, (lo, hi) in zip(values, ranges, strict=True)
+        ]
 
     def partitions(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[TxmqPartition]:
         return [

@@ -29,7 +29,7 @@ from txmq.store.disk import Disk
 from txmq.store.segment import Segment, is_segment_name, iter_raw, segment_name
 
 # Bulk reads: spans at most this far apart share one pread, up to this many bytes per pread.
-_RUN_GAP_MAX = 16 * limits.KiB
+_RUN_GAP_MAX = 16384
 _RUN_BYTES_MAX = 8 * limits.MiB
 
 
