@@ -396,3 +396,28 @@ class TxnBook:
         heapq.heapify(self._give_up)
         for heap in self._routes.values():
             heapq.heapify(heap)
+
+
+def describe(transaction_id: str, txn: Txn | None, decided: Decided | None) -> dict[str, object]:
+    """One transaction for operators, JSON-ready: its book entry and/or its outcome."""
+    out: dict[str, object] = {"transaction_id": transaction_id}
+    if txn is not None:
+        out.update(
+            message_id=txn.message_id,
+            topic=txn.topic,
+            producer_group=txn.producer_group,
+            client_id=txn.client_id,
+            state=txn.state.value,
+            checks=txn.checks,
+            next_check_ms=txn.next_check_ms,
+            prepared_at_ms=txn.prepared_at_ms,
+            half_offset=txn.half_offset,
+            dead=txn.state is TxnState.DEAD,
+        )
+    if decided is not None:
+        out.update(
+            outcome=decided.outcome.value,
+            source=decided.source.value,
+            decided_at_ms=decided.decided_at_ms,
+        )
+    return out

@@ -74,7 +74,8 @@ from txmq.model import (
 )
 from txmq.store.store import Pending, Store
 from txmq.txn import records
-from txmq.txn.book import Due, Txn, TxnBook, TxnState, Wait
+from txmq.txn.book import Due, Txn, TxnBook, Wait, describe
+from txmq.txn.replay import load_book
 from txmq.txn.steps import DecisionInFlightError, Steps, run_blocking
 from txmq.txn.values import CheckRequest as CheckRequest
 from txmq.txn.values import ClaimingResolver as ClaimingResolver
@@ -458,27 +459,7 @@ class Transactions:
             decided = self.book.outcomes.get(transaction_id)
             if txn is None and decided is None:
                 raise InvalidTransactionIdError(transaction_id, "unknown or expired transaction")
-            out: dict[str, object] = {"transaction_id": transaction_id}
-            if txn is not None:
-                out.update(
-                    message_id=txn.message_id,
-                    topic=txn.topic,
-                    producer_group=txn.producer_group,
-                    client_id=txn.client_id,
-                    state=txn.state.value,
-                    checks=txn.checks,
-                    next_check_ms=txn.next_check_ms,
-                    prepared_at_ms=txn.prepared_at_ms,
-                    half_offset=txn.half_offset,
-                    dead=txn.state is TxnState.DEAD,
-                )
-            if decided is not None:
-                out.update(
-                    outcome=decided.outcome.value,
-                    source=decided.source.value,
-                    decided_at_ms=decided.decided_at_ms,
-                )
-        return out
+            return describe(transaction_id, txn, decided)
 
     @property
     def oldest_pending_offset(self) -> int:
@@ -538,38 +519,12 @@ class Transactions:
         self.snapshot()
 
     def _recover(self) -> None:
-        path = self.data_dir / _SNAPSHOT
-        offset = self.store.log_start_offset
-        if self.store.disk.exists(path):
-            try:
-                loaded = records.decode_snapshot(self.store.disk.read_all(path), self.book)
-            except (ValueError, KeyError, TypeError) as exc:
-                # The snapshot only saves replay time; the log holds every transaction record,
-                # so a damaged one is reported and replaced by a full replay.
-                log.warning(
-                    "transaction snapshot %s is unreadable (%r); replaying the log", path, exc
-                )
-                loaded = -1
-            if loaded < 0:
-                self.book = TxnBook(
-                    check_interval_ms=self.book.check_interval_ms, check_max=self.book.check_max
-                )
-            offset = max(offset, loaded)
-        end = self.store.log_end_offset
-        if offset > end:
-            # The log ends below the snapshot (a tail was truncated). Keep what the snapshot knows
-            # (every decision in it was acknowledged) and replay what the log still has after
-            # ``end``; rewrite the snapshot now so later records are not skipped.
-            log.warning("transaction snapshot offset %d is past the log end %d", offset, end)
-            offset = end
+        self.book, rewrite = load_book(
+            self.store,
+            self.data_dir / _SNAPSHOT,
+            self.book,
+            timeout_ms=self.timeout_ms,
+            claimed=self._claimed,
+        )
+        if rewrite:
             self.snapshot()
-        for _ in range(1 + (end - offset) // 64):  # bounded: every record is >= 64 bytes
-            if offset >= end:
-                break
-            batch = self.store.scan(offset, limits.TRANSACTION_REPLAY_BATCH)
-            if not batch:
-                break
-            for rec in batch:
-                claimed = rec.flag is TxnFlag.PREPARED and self._claimed(rec)
-                records.replay(self.book, rec, default_timeout_ms=self.timeout_ms, claimed=claimed)
-            offset = batch[-1].next_physical_offset
