@@ -96,6 +96,47 @@ def echo_rate(endpoint: str, threads: int, seconds: float) -> float:
     return sum(counts) / (time.perf_counter() - t0)
 
 
+def echo_rate_aio_client(endpoint: str, threads: int, seconds: float) -> float:
+    """The echo driven the way the official client drives its calls: a grpc.aio channel on
+    its own event-loop thread, each caller thread waiting on a concurrent future. A second
+    baseline, not the goal's: it shows how much of the gap is the client's call pattern."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+
+    async def connect() -> tuple[Any, Any]:
+        channel = grpc.aio.insecure_channel(endpoint)
+        return channel, channel.unary_unary("/bench.Echo/Echo")
+
+    channel, call = asyncio.run_coroutine_threadsafe(connect(), loop).result(10)
+    body = b"x" * BODY
+
+    async def one() -> bytes:
+        reply: bytes = await call(body, timeout=10)
+        return reply
+
+    asyncio.run_coroutine_threadsafe(one(), loop).result(10)
+    counts = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def worker(k: int) -> None:
+        while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
+            asyncio.run_coroutine_threadsafe(one(), loop).result(10)
+            counts[k] += 1
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    rate = sum(counts) / (time.perf_counter() - t0)
+    asyncio.run_coroutine_threadsafe(channel.close(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    runner.join(10)
+    return rate
+
+
 def txn_rate(endpoints: str, threads: int, seconds: float) -> tuple[float, float, float, int]:
     """(transactions/s, p50 ms, p99 ms, receipts measured)."""
     from rocketmq import (
@@ -193,12 +234,15 @@ def main() -> None:
         try:
             for n in (int(x) for x in args.threads.split(",")):
                 echo_per_s = echo_rate(echo_endpoint, n, args.seconds)
+                echo_aio = echo_rate_aio_client(echo_endpoint, n, args.seconds)
                 rate, p50, p99, measured = txn_rate(endpoints, n, args.seconds)
                 print(
                     f"{n:2d} threads: grpc.aio echo {echo_per_s:7.0f} calls/s | txmq "
                     f"transactional {rate:6.0f} msg/s (= {2 * rate:6.0f} calls/s, "
                     f"{200 * rate / echo_per_s:3.0f}% of echo) | transaction start->receipt "
-                    f"p50 {p50:.1f} ms p99 {p99:.1f} ms ({measured} receipts)",
+                    f"p50 {p50:.1f} ms p99 {p99:.1f} ms ({measured} receipts)\n"
+                    f"           echo through an asyncio client like the official one's "
+                    f"{echo_aio:7.0f} calls/s (txmq = {200 * rate / echo_aio:3.0f}% of it)",
                     flush=True,
                 )
         finally:

@@ -89,6 +89,9 @@ GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB
 # A record pull (txmq.data.v1.Data/PullRecords) answers at most this many record bytes, or one
 # record when a single one is larger; its 4-byte length and JSON header fit in what is left.
 PULL_BYTES_MAX: Final = 8 * MiB
+# ... and at most this many records: ~8 MiB of 1 KiB messages, so a bulk reader pays one call
+# per ~7,000 records rather than per 1,024 (each call costs far more than reading a record).
+PULL_COUNT_MAX: Final = 8192
 PULL_HEADER_SIZE_MAX: Final = 4 * KiB
 CLIENTS_MAX: Final = 10_000
 

@@ -64,10 +64,10 @@ def pull_records(
         raise IllegalTopicError(f"topic {topic!r} has no queue {queue_id}")
     if offset < 0:
         raise IllegalOffsetError(f"offset must be >= 0, got {offset}")
-    max_count = _int(args, "max_count", limits.READ_BATCH_MAX)
+    max_count = _int(args, "max_count", limits.PULL_COUNT_MAX)
     max_bytes = _int(args, "max_bytes", limits.PULL_BYTES_MAX)
-    if not 1 <= max_count <= limits.READ_BATCH_MAX:
-        raise BadRequestError(f"max_count must be 1..{limits.READ_BATCH_MAX}, got {max_count}")
+    if not 1 <= max_count <= limits.PULL_COUNT_MAX:
+        raise BadRequestError(f"max_count must be 1..{limits.PULL_COUNT_MAX}, got {max_count}")
     if not 1 <= max_bytes <= limits.PULL_BYTES_MAX:
         raise BadRequestError(f"max_bytes must be 1..{limits.PULL_BYTES_MAX}, got {max_bytes}")
     read = parts.store.read_queue_bytes(topic, queue_id, offset, max_count, max_bytes=max_bytes)

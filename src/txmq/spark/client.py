@@ -52,8 +52,8 @@ CALL_TIMEOUT_S: Final = 30.0
 # Transient failures (broker restarting, connection reset) are retried this many times in all.
 CALL_ATTEMPTS_MAX: Final = 4
 RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
-# Records per pull: the broker serves at most READ_BATCH_MAX (and at most PULL_BYTES_MAX).
-PULL_BATCH_MAX: Final = limits.READ_BATCH_MAX
+# Records per pull: the broker serves at most PULL_COUNT_MAX (and at most PULL_BYTES_MAX).
+PULL_BATCH_MAX: Final = limits.PULL_COUNT_MAX
 # Messages per SendMessage request; the broker takes at most 64.
 SEND_BATCH_MAX: Final = 64
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

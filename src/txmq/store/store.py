@@ -390,7 +390,7 @@ class Store:
         readers that decode on their side: no field decoding here, one segment lookup per
         batch of entries."""
         self._check_open()
-        max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
+        max_count = max(0, min(max_count, limits.PULL_COUNT_MAX))
         with self._dispatcher.lock:
             cq = self._dispatcher.queues.get((topic, queue_id))
             lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
