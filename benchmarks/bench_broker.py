@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -73,27 +74,34 @@ def start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
     return proc, line.strip().rsplit(" ", 1)[1]
 
 
-def echo_rate(endpoint: str, threads: int, seconds: float) -> float:
-    channel = grpc.insecure_channel(endpoint)
-    call = channel.unary_unary("/bench.Echo/Echo")
-    body = b"x" * BODY
-    call(body, timeout=10)  # connect before timing
+def run_threads(threads: int, seconds: float, op: Callable[[int, int], object]) -> int:
+    """Call ``op(thread, n)`` from ``threads`` threads until ``seconds`` pass (at most
+    OPS_PER_THREAD_MAX each); returns the number of calls made."""
     counts = [0] * threads
     stop = time.perf_counter() + seconds
 
     def worker(k: int) -> None:
         while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
-            call(body, timeout=10)
+            op(k, counts[k])
             counts[k] += 1
 
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    t0 = time.perf_counter()
     for t in ts:
         t.start()
     for t in ts:
         t.join()
+    return sum(counts)
+
+
+def echo_rate(endpoint: str, threads: int, seconds: float) -> float:
+    channel = grpc.insecure_channel(endpoint)
+    call = channel.unary_unary("/bench.Echo/Echo")
+    body = b"x" * BODY
+    call(body, timeout=10)  # connect before timing
+    t0 = time.perf_counter()
+    done = run_threads(threads, seconds, lambda k, n: call(body, timeout=10))
     channel.close()
-    return sum(counts) / (time.perf_counter() - t0)
+    return done / (time.perf_counter() - t0)
 
 
 def echo_rate_aio_client(endpoint: str, threads: int, seconds: float) -> float:
@@ -116,21 +124,11 @@ def echo_rate_aio_client(endpoint: str, threads: int, seconds: float) -> float:
         return reply
 
     asyncio.run_coroutine_threadsafe(one(), loop).result(10)
-    counts = [0] * threads
-    stop = time.perf_counter() + seconds
-
-    def worker(k: int) -> None:
-        while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
-            asyncio.run_coroutine_threadsafe(one(), loop).result(10)
-            counts[k] += 1
-
-    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
     t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    rate = sum(counts) / (time.perf_counter() - t0)
+    done = run_threads(
+        threads, seconds, lambda k, n: asyncio.run_coroutine_threadsafe(one(), loop).result(10)
+    )
+    rate = done / (time.perf_counter() - t0)
     asyncio.run_coroutine_threadsafe(channel.close(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     runner.join(10)
@@ -185,30 +183,22 @@ def txn_rate(endpoints: str, threads: int, seconds: float) -> tuple[float, float
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
-    counts = [0] * threads
-    stop = time.perf_counter() + seconds
 
-    def produce(k: int) -> None:
-        while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
-            body = f"{k}-{counts[k]}".encode().ljust(BODY, b".")
-            m: Any = Message()
-            m.topic = topic
-            m.body = body
-            started_at[body] = time.perf_counter()
-            tx = producer.begin_transaction()
-            producer.send(m, tx)
-            tx.commit()
-            counts[k] += 1
+    def produce(k: int, n: int) -> None:
+        body = f"{k}-{n}".encode().ljust(BODY, b".")
+        m: Any = Message()
+        m.topic = topic
+        m.body = body
+        started_at[body] = time.perf_counter()
+        tx = producer.begin_transaction()
+        producer.send(m, tx)
+        tx.commit()
 
-    ts = [threading.Thread(target=produce, args=(k,)) for k in range(threads)]
     t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    rate = sum(counts) / (time.perf_counter() - t0)
+    done = run_threads(threads, seconds, produce)
+    rate = done / (time.perf_counter() - t0)
     deadline = time.monotonic() + SETTLE_S
-    while len(latency) < sum(counts) and time.monotonic() < deadline:
+    while len(latency) < done and time.monotonic() < deadline:
         time.sleep(0.1)
     done.set()
     reader.join(timeout=10)

@@ -12,15 +12,22 @@ floor any Python source pays here, so the run also shows how close txmq is to it
 Bounded: at most 200,000 messages; each pipeline runs ``--rounds`` times (best kept).
 Needs Java 17+.
 
-Measured here (2 cores, 2026-11-22, second session), after the connector moved from the v2
-PullMessage stream (one protobuf Message per stream item: ~70 us of broker and ~60 us of client
-CPU per message) to the record pull (txmq.data.v1.Data/PullRecords, broker/data.py) decoded flat
-by ``record.split_rows``: txmq / JSON lines = 36 % (20k rows), 57 % (60k), 33-41 % (200k); it
-was 15-37 %. The goal is NOT met at every size. The null Python source reached 45-80 % of the
-file source in the same runs: a Python Data Source pays ~2.3-3.6 s per AvailableNow query
-here whatever the row count, and txmq pays ~1 s more than the null source before its first row.
-Per row txmq costs ~7 us of broker read (a pread and a CRC per record) and ~11 us of client
-decode and Arrow, then Spark's Arrow-to-row path.
+Measured here (2 cores, this VM build; best of 3 rounds; the machine's own noise moves single
+runs by +-15 %):
+
+- second session, record pull decoded row by row: txmq / JSON lines = 36 % (20k rows), 57 %
+  (60k), 33-41 % (200k);
+- third session (2026-11-23), numpy columnar decode (spark/columnar.py), one pread per run of a
+  queue's records, a batch stored in one queue, large blocks kept on the malloc heap, up to 8192
+  records per pull and no RocketMQ client import in Spark's Python processes: 37 % (20k), 40 %
+  (60k), 42-52 % over four 200k runs (44 % in the last). txmq / the null Python source: 89 %,
+  86 %, 68-74 %.
+
+The goal is NOT met reliably at any size. At 20k and 60k rows the null Python source itself
+stays under 50 % (42-47 %): PySpark starts a fresh Python process for every streaming Python
+source query (~1.8 s here before the source's first call) whatever the source does. Per row txmq
+now costs ~5 us of broker CPU (reading and verifying records, gRPC) and ~5 us of client CPU
+(gRPC receive, per-record CRC, numpy/Arrow), then Spark's Arrow-to-row path and Parquet.
 """
 
 from __future__ import annotations
