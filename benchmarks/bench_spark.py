@@ -48,6 +48,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from txmq.cli.admin_client import call
 from txmq.spark.arrow import SCHEMA_DDL
 from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, build_message
 from txmq.spark.session import local_session
@@ -192,15 +193,23 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--body-bytes", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--queues",
+        type=int,
+        default=2,
+        help="queues of the topic: one input partition each (default: one per core of local[2])",
+    )
     args = ap.parse_args()
     n = min(args.messages, MESSAGES_MAX)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as tmp:
         work = Path(tmp)
         proc, endpoints = start_broker(work / "broker")
         try:
+            call(endpoints, "TopicCreate", {"name": TOPIC, "queues": args.queues})
             t = time.perf_counter()
             produce(endpoints, n, args.body_bytes)
-            print(f"produced {n} x {args.body_bytes} B in {time.perf_counter() - t:.1f}s")
+            took = time.perf_counter() - t
+            print(f"produced {n} x {args.body_bytes} B into {args.queues} queues in {took:.1f}s")
             spark = local_session("txmq-bench", **{"spark.sql.shuffle.partitions": "2"})
             jsonl = work / "rows"
             jsonl.mkdir()
@@ -232,7 +241,11 @@ def main() -> None:
         f"ratio null Python source / file: {floor_share:.0%} (the most any Python Data Source "
         f"reaches here); txmq / null source: {txmq_share:.0%}"
     )
-    print(json.dumps({"bench": "spark", "messages": n, **rates, "ratio": ratio}))
+    print(
+        json.dumps(
+            {"bench": "spark", "messages": n, "queues": args.queues, **rates, "ratio": ratio}
+        )
+    )
 
 
 if __name__ == "__main__":
