@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,8 @@ BODY = 1024
 SETTLE_S = 3.0
 ACKS_IN_FLIGHT_MAX = 512
 ACK_THREADS = 8
+# A body starts with its unique key (producer thread, sequence), padded to this many bytes.
+KEY_BYTES = 24
 
 
 def echo_server_main() -> None:
@@ -135,15 +139,60 @@ def echo_rate_aio_client(endpoint: str, threads: int, seconds: float) -> float:
     return rate
 
 
-def txn_rate(endpoints: str, threads: int, seconds: float) -> tuple[float, float, float, int]:
-    """(transactions/s, p50 ms, p99 ms, receipts measured)."""
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def consumer_main(endpoints: str, topic: str, ready: Any, stop: Any, out: Any) -> None:
+    """Child process: a SimpleConsumer that receives, timestamps (CLOCK_MONOTONIC, shared by
+    every process on the machine) and acks until told to stop, then reports its receipts.
+
+    Why its own process: the consumer is another service (the inventory service of the
+    example); in the producer's process its threads would compete with the producer threads
+    for one GIL and the latency measured would be the client's queueing, not the broker's.
+    """
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    cfg = ClientConfiguration(endpoints, Credentials())
+    consumer = SimpleConsumer(cfg, f"{topic}-g", {topic: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    receipts: list[tuple[bytes, float]] = []
+    acks: list[Future[Any]] = []
+    ready.set()
+    # Acks go out from a thread pool (the client's ack_async is broken in 5.1.2: it needs an
+    # event loop in the calling thread and returns None), so one receiving thread keeps up.
+    with ThreadPoolExecutor(ACK_THREADS) as pool:
+        while not stop.is_set():
+            for m in consumer.receive(32, 30) or []:
+                receipts.append((bytes(m.body[:KEY_BYTES]), time.monotonic()))
+                acks.append(pool.submit(consumer.ack, m))
+            if len(acks) >= ACKS_IN_FLIGHT_MAX:
+                for f in acks:
+                    f.result(timeout=30)
+                acks.clear()
+    consumer.shutdown()
+    out.put(receipts)
+
+
+@dataclass
+class TxnPhase:
+    rate: float  # transactions/s
+    p50_ms: float  # transaction start -> consumer receipt
+    p99_ms: float
+    receipts: int
+    broker_ms: float  # broker CPU per transaction
+    producer_ms: float  # the producing process's CPU per transaction
+    consumer_ms: float  # the consuming process's CPU per transaction
+
+
+def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> TxnPhase:
     from rocketmq import (
         ClientConfiguration,
         Credentials,
-        FilterExpression,
         Message,
         Producer,
-        SimpleConsumer,
         TransactionChecker,
         TransactionResolution,
     )
@@ -153,58 +202,41 @@ def txn_rate(endpoints: str, threads: int, seconds: float) -> tuple[float, float
             return TransactionResolution.COMMIT
 
     topic = f"bench-{threads}"
-    cfg = ClientConfiguration(endpoints, Credentials())
-    producer = Producer(cfg, (topic,), Commit())
-    producer.startup()
-    consumer = SimpleConsumer(
-        cfg, f"bench-g-{threads}", {topic: FilterExpression()}, await_duration=1
-    )
-    consumer.startup()
-    started_at: dict[bytes, float] = {}
-    latency: list[float] = []
-    done = threading.Event()
-
-    def consume() -> None:
-        # Acks go out from a thread pool (the client's ack_async is broken in 5.1.2: it needs
-        # an event loop in the calling thread and returns None), so one receiving thread keeps
-        # up and the latency measured is the broker's, not an ack queue's.
-        acks: list[Future[Any]] = []
-        with ThreadPoolExecutor(ACK_THREADS) as pool:
-            while not done.is_set():
-                for m in consumer.receive(32, 30) or []:
-                    at = started_at.get(m.body)
-                    if at is not None:
-                        latency.append((time.perf_counter() - at) * 1000)
-                    acks.append(pool.submit(consumer.ack, m))
-                if len(acks) >= ACKS_IN_FLIGHT_MAX:
-                    for f in acks:
-                        f.result(timeout=30)
-                    acks.clear()
-
-    reader = threading.Thread(target=consume, daemon=True)
+    ctx = mp.get_context("spawn")  # gRPC does not survive fork
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, out))
     reader.start()
+    producer = Producer(ClientConfiguration(endpoints, Credentials()), (topic,), Commit())
+    producer.startup()
+    if not ready.wait(60):
+        reader.kill()
+        raise SystemExit("the consumer process did not start")
+    started_at: dict[bytes, float] = {}
 
     def produce(k: int, n: int) -> None:
-        body = f"{k}-{n}".encode().ljust(BODY, b".")
+        key = f"{k}-{n}|".encode().ljust(KEY_BYTES, b".")
         m: Any = Message()
         m.topic = topic
-        m.body = body
-        started_at[body] = time.perf_counter()
+        m.body = key.ljust(BODY, b".")
+        started_at[key] = time.monotonic()
         tx = producer.begin_transaction()
         producer.send(m, tx)
         tx.commit()
 
+    assert reader.pid is not None
+    cpu0 = (proc_cpu_seconds(broker_pid), time.process_time(), proc_cpu_seconds(reader.pid))
     t0 = time.perf_counter()
-    done = run_threads(threads, seconds, produce)
-    rate = done / (time.perf_counter() - t0)
-    deadline = time.monotonic() + SETTLE_S
-    while len(latency) < done and time.monotonic() < deadline:
-        time.sleep(0.1)
-    done.set()
-    reader.join(timeout=10)
+    sent = run_threads(threads, seconds, produce)
+    rate = sent / (time.perf_counter() - t0)
+    cpu1 = (proc_cpu_seconds(broker_pid), time.process_time(), proc_cpu_seconds(reader.pid))
+    time.sleep(SETTLE_S)  # what is still in flight reaches the consumer
+    stop.set()
+    receipts: list[tuple[bytes, float]] = out.get(timeout=60)
+    reader.join(30)
     producer.shutdown()
-    consumer.shutdown()
-    return rate, pct(latency, 0.5), pct(latency, 0.99), len(latency)
+    latency = [(at - started_at[k]) * 1000 for k, at in receipts if k in started_at]
+    per_txn = [(b - a) * 1000 / max(1, sent) for a, b in zip(cpu0, cpu1, strict=True)]
+    return TxnPhase(rate, pct(latency, 0.5), pct(latency, 0.99), len(latency), *per_txn)
 
 
 def main() -> None:
@@ -225,14 +257,16 @@ def main() -> None:
             for n in (int(x) for x in args.threads.split(",")):
                 echo_per_s = echo_rate(echo_endpoint, n, args.seconds)
                 echo_aio = echo_rate_aio_client(echo_endpoint, n, args.seconds)
-                rate, p50, p99, measured = txn_rate(endpoints, n, args.seconds)
+                t = txn_rate(endpoints, broker.pid, n, args.seconds)
                 print(
                     f"{n:2d} threads: grpc.aio echo {echo_per_s:7.0f} calls/s | txmq "
-                    f"transactional {rate:6.0f} msg/s (= {2 * rate:6.0f} calls/s, "
-                    f"{200 * rate / echo_per_s:3.0f}% of echo) | transaction start->receipt "
-                    f"p50 {p50:.1f} ms p99 {p99:.1f} ms ({measured} receipts)\n"
+                    f"transactional {t.rate:6.0f} msg/s (= {2 * t.rate:6.0f} calls/s, "
+                    f"{200 * t.rate / echo_per_s:3.0f}% of echo) | transaction start->receipt "
+                    f"p50 {t.p50_ms:.1f} ms p99 {t.p99_ms:.1f} ms ({t.receipts} receipts)\n"
                     f"           echo through an asyncio client like the official one's "
-                    f"{echo_aio:7.0f} calls/s (txmq = {200 * rate / echo_aio:3.0f}% of it)",
+                    f"{echo_aio:7.0f} calls/s (txmq = {200 * t.rate / echo_aio:3.0f}% of it)\n"
+                    f"           CPU per transaction: broker {t.broker_ms:.2f} ms, producer "
+                    f"process {t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms",
                     flush=True,
                 )
         finally:

@@ -1,6 +1,7 @@
-"""glibc malloc tuning for processes that move megabytes per request (broker, Spark readers).
+"""Allocator tuning for processes that move megabytes per request (broker, Spark readers).
 
-Owns: ``keep_large_blocks``. By default glibc serves each block over 128 KiB (or a threshold it
+Owns: ``keep_large_blocks`` (glibc malloc) and ``collect_less_often`` (CPython's cyclic
+garbage collector). By default glibc serves each block over 128 KiB (or a threshold it
 raises as blocks are freed) with its own mmap and gives it back with munmap, and trims the heap
 top when freeing, so every 1 MiB gRPC message or record pull costs a map, ~256 page faults
 and an unmap. On the VMs this project is measured on a page fault costs microseconds: a sync
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import sys
 from typing import Final
 
@@ -63,3 +65,24 @@ def keep_large_blocks() -> bool:
     )
     _done = ok
     return ok
+
+
+# Container allocations between two young-generation collections (CPython's default is 700).
+# A 1,024-record pull or a batch of 32 received messages allocates thousands of short-lived
+# tuples, lists and memoryviews, none of them in a reference cycle, so the default collects
+# several times per RPC for nothing: on the record pull that was ~5 % of the broker's CPU
+# (py-spy) and raising the threshold cut the broker's CPU per pulled record from ~2.2 to
+# ~1.8 us. Older generations keep CPython's ratios.
+_YOUNG_THRESHOLD: Final = 50_000
+
+
+def collect_less_often() -> None:
+    """Move everything alive now (a broker's recovered indexes, imported modules) out of the
+    collector's view for good, and collect young objects less often. Call once, after startup.
+
+    Why freeze: those objects live as long as the process, and a full collection would
+    otherwise walk all of them again (a recovered transaction book can hold millions).
+    """
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(_YOUNG_THRESHOLD, older, oldest)

@@ -219,6 +219,7 @@ def run(config: BrokerConfig) -> None:
 
         def ready(port: int) -> None:
             invariant(port > 0, "the bound port is known")
+            malloc.collect_less_often()  # after recovery: what it built lives as long
             print(f"txmq broker listening on {config.host}:{port}", flush=True)
 
         await serve(config, ready=ready, stop=stop)
