@@ -1,13 +1,15 @@
 """Allocator tuning for processes that move megabytes per request (broker, Spark readers).
 
 Owns: ``keep_large_blocks`` (glibc malloc) and ``collect_less_often`` (CPython's cyclic
-garbage collector). By default glibc serves each block over 128 KiB (or a threshold it
-raises as blocks are freed) with its own mmap and gives it back with munmap, and trims the heap
-top when freeing, so every 1 MiB gRPC message or record pull costs a map, ~256 page faults
-and an unmap. On the VMs this project is measured on a page fault costs microseconds: a sync
-gRPC client spent 2.4 ms of CPU per 1 MiB reply that way, 0.7 ms with large blocks kept on
-the heap (benchmarks/README: "malloc"). Keeping them trades memory for CPU: freed blocks stay
-in the process, up to _TRIM_BYTES above what is in use.
+garbage collector, explained at its threshold below).
+
+By default glibc serves each block over 128 KiB (or a threshold it raises as blocks are freed)
+with its own mmap and gives it back with munmap, and trims the heap top when freeing, so every 1
+MiB gRPC message or record pull costs a map, ~256 page faults and an unmap. On the VMs this
+project is measured on a page fault costs microseconds: a sync gRPC client spent 2.4 ms of CPU
+per 1 MiB reply that way, 0.7 ms with large blocks kept on the heap (benchmarks/README:
+"malloc"). Keeping them trades memory for CPU: freed blocks stay in the process, up to
+_TRIM_BYTES above what is in use.
 
 Must not: fail a process where it does not apply (another libc, another OS): it does nothing
 there and says so by returning False.
@@ -71,9 +73,9 @@ def keep_large_blocks() -> bool:
 # A 1,024-record pull or a batch of 32 received messages allocates thousands of short-lived
 # tuples, lists and memoryviews, none of them in a reference cycle, so the default collects
 # several times per RPC for nothing: on the record pull that was ~5 % of the broker's CPU
-# (py-spy) and raising the threshold cut the broker's CPU per pulled record from ~2.2 to
-# ~1.8 us. Older generations keep CPython's ratios.
-_YOUNG_THRESHOLD: Final = 50_000
+# (py-spy), and this threshold with the freeze below cut the broker's CPU per pulled record
+# from ~2.2 to ~1.8 us. Older generations keep CPython's ratios.
+_YOUNG_THRESHOLD: Final = 100_000
 
 
 def collect_less_often() -> None:
