@@ -9,7 +9,10 @@ in a third process, as the consuming service would. A transaction costs the prod
 (SendMessage + EndTransaction), so the ratio compares 2 x txn/s with echo calls/s from the
 same number of client threads; the broker also serves the consumer's receives and acks
 meanwhile. CPU per transaction is printed for the broker, the producing and the consuming
-process. Goal (issue 4): >= 60 % of the echo ceiling. Bounded: ``--seconds`` per phase
+process. A third baseline runs the same official Producer against a do-nothing RocketMQ stub
+server (grpc.aio, canned OK replies, no storage): the ceiling of this client and protocol here,
+which shows how much of the gap is the broker's own work. Goal (issue 4): >= 60 % of the echo
+ceiling. Bounded: ``--seconds`` per phase
 (default 5) and at most 200 000 operations per thread.
 
 Run: ``.venv/bin/python benchmarks/bench_broker.py [--seconds S] [--threads 1,32]``.
@@ -60,6 +63,84 @@ def echo_server_main() -> None:
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         print(f"echo listening on 127.0.0.1:{port}", flush=True)
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def stub_server_main() -> None:
+    """Child process: a grpc.aio server of the RocketMQ v2 MessagingService that does no work
+    (no storage, no fsync, no transaction book): QueryRoute, Heartbeat, the Telemetry settings
+    handshake, SendMessage and EndTransaction answer OK at once. The official client's ceiling
+    for a transactional send on this machine: the same client, the same RPCs, nothing behind."""
+    import itertools
+
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as sv
+    from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+    from txmq.protocol import mapping, telemetry
+
+    server_settings = telemetry.ServerSettings(
+        body_size_max=4 * 1024 * 1024,
+        long_polling_timeout_ms=20_000,
+        receive_batch_size=32,
+        delivery_attempts_max=16,
+        retry_backoff_initial_ms=1_000,
+        retry_backoff_max_ms=60_000,
+    )
+    ids = itertools.count()
+
+    class Stub(sg.MessagingServiceServicer):  # type: ignore[misc]
+        def __init__(self, port: int) -> None:
+            self.port = port
+
+        async def QueryRoute(self, request: Any, context: Any) -> Any:
+            broker = pb.Broker(name="stub", id=0)
+            broker.endpoints.scheme = pb.IPv4
+            broker.endpoints.addresses.add(host="127.0.0.1", port=self.port)
+            queue = pb.MessageQueue(
+                topic=request.topic,
+                id=0,
+                permission=pb.READ_WRITE,
+                broker=broker,
+                accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+            )
+            return sv.QueryRouteResponse(status=mapping.status(), message_queues=[queue])
+
+        async def Heartbeat(self, request: Any, context: Any) -> Any:
+            return sv.HeartbeatResponse(status=mapping.status())
+
+        async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+            return sv.NotifyClientTerminationResponse(status=mapping.status())
+
+        async def Telemetry(self, request_iterator: Any, context: Any) -> Any:
+            async for cmd in request_iterator:
+                if cmd.HasField("settings"):
+                    reply = telemetry.settings_reply(cmd.settings, server_settings, fifo=False)
+                    yield sv.TelemetryCommand(status=mapping.status(), settings=reply)
+
+        async def SendMessage(self, request: Any, context: Any) -> Any:
+            entries = [
+                sv.SendResultEntry(
+                    status=mapping.status(),
+                    message_id=m.system_properties.message_id,
+                    transaction_id=f"stub-{next(ids)}",
+                    offset=0,
+                )
+                for m in request.messages
+            ]
+            return sv.SendMessageResponse(status=mapping.status(), entries=entries)
+
+        async def EndTransaction(self, request: Any, context: Any) -> Any:
+            return sv.EndTransactionResponse(status=mapping.status())
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        port = server.add_insecure_port("127.0.0.1:0")
+        sg.add_MessagingServiceServicer_to_server(Stub(port), server)
+        await server.start()
+        print(f"stub listening on 127.0.0.1:{port}", flush=True)
         await server.wait_for_termination()
 
     asyncio.run(serve())
@@ -182,7 +263,9 @@ class TxnPhase:
     consumer_ms: float  # the consuming process's CPU per transaction
 
 
-def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> TxnPhase:
+def transactional_sender(endpoints: str, topic: str) -> tuple[Any, Callable[[bytes], None]]:
+    """(started official Producer, send): ``send(key)`` runs one transaction of a 1 KiB body
+    that starts with ``key``: begin, send the half message, commit."""
     from rocketmq import (
         ClientConfiguration,
         Credentials,
@@ -196,13 +279,38 @@ def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> T
         def check(self, message: object) -> TransactionResolution:
             return TransactionResolution.COMMIT
 
+    producer = Producer(ClientConfiguration(endpoints, Credentials()), (topic,), Commit())
+    producer.startup()
+
+    def send(key: bytes) -> None:
+        m: Any = Message()
+        m.topic = topic
+        m.body = key.ljust(BODY, b".")
+        tx = producer.begin_transaction()
+        producer.send(m, tx)
+        tx.commit()
+
+    return producer, send
+
+
+def stub_rate(endpoints: str, threads: int, seconds: float) -> float:
+    """Transactions/s of the official client against the do-nothing stub server."""
+    producer, send = transactional_sender(endpoints, f"bench-{threads}")
+    send(b"warm-up")
+    t0 = time.perf_counter()
+    sent = run_threads(threads, seconds, lambda k, n: send(f"{k}-{n}|".encode()))
+    rate = sent / (time.perf_counter() - t0)
+    producer.shutdown()
+    return rate
+
+
+def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> TxnPhase:
     topic = f"bench-{threads}"
     ctx = mp.get_context("spawn")  # gRPC does not survive fork
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, out))
     reader.start()
-    producer = Producer(ClientConfiguration(endpoints, Credentials()), (topic,), Commit())
-    producer.startup()
+    producer, send = transactional_sender(endpoints, topic)
     if not ready.wait(60):
         reader.kill()
         raise SystemExit("the consumer process did not start")
@@ -210,13 +318,8 @@ def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> T
 
     def produce(k: int, n: int) -> None:
         key = f"{k}-{n}|".encode().ljust(KEY_BYTES, b".")
-        m: Any = Message()
-        m.topic = topic
-        m.body = key.ljust(BODY, b".")
         started_at[key] = time.monotonic()
-        tx = producer.begin_transaction()
-        producer.send(m, tx)
-        tx.commit()
+        send(key)
 
     assert reader.pid is not None
     cpu0 = (proc_cpu_seconds(broker_pid), time.process_time(), proc_cpu_seconds(reader.pid))
@@ -239,12 +342,17 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--threads", default="1,32")
     ap.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--stub-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.echo_server:
         echo_server_main()
         return
+    if args.stub_server:
+        stub_server_main()
+        return
     print(f"# broker benchmark on {machine()} (official rocketmq-python-client)")
     echo, echo_endpoint = start([sys.executable, __file__, "--echo-server"])
+    stub, stub_endpoint = start([sys.executable, __file__, "--stub-server"])
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as d:
         cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", d, "--port", "0"]
         broker, endpoints = start(cmd)
@@ -252,6 +360,7 @@ def main() -> None:
             for n in (int(x) for x in args.threads.split(",")):
                 echo_per_s = echo_rate(echo_endpoint, n, args.seconds)
                 echo_aio = echo_rate_aio_client(echo_endpoint, n, args.seconds)
+                stub_per_s = stub_rate(stub_endpoint, n, args.seconds)
                 t = txn_rate(endpoints, broker.pid, n, args.seconds)
                 print(
                     f"{n:2d} threads: grpc.aio echo {echo_per_s:7.0f} calls/s | txmq "
@@ -260,6 +369,8 @@ def main() -> None:
                     f"p50 {t.p50_ms:.1f} ms p99 {t.p99_ms:.1f} ms ({t.receipts} receipts)\n"
                     f"           echo through an asyncio client like the official one's "
                     f"{echo_aio:7.0f} calls/s (txmq = {200 * t.rate / echo_aio:3.0f}% of it)\n"
+                    f"           the official client against a do-nothing RocketMQ stub server "
+                    f"{stub_per_s:6.0f} txn/s (txmq = {100 * t.rate / stub_per_s:3.0f}% of it)\n"
                     f"           CPU per transaction: broker {t.broker_ms:.2f} ms, producer "
                     f"process {t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms",
                     flush=True,
@@ -267,8 +378,9 @@ def main() -> None:
         finally:
             broker.terminate()
             broker.wait(30)
-            echo.terminate()
-            echo.wait(30)
+            for server in (echo, stub):
+                server.terminate()
+                server.wait(30)
 
 
 if __name__ == "__main__":
