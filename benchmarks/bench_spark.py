@@ -19,21 +19,27 @@ this machine before the source's first call, once per query, whatever the source
 one-shot AvailableNow query over a few seconds of data is dominated by that start; a stream is
 not.
 
-    .venv/bin/python benchmarks/bench_spark.py [--messages 200000] [--body-bytes 1024]
+    .venv/bin/python benchmarks/bench_spark.py [--messages 1000000] [--body-bytes 1024]
 
-Bounded: at most 200,000 messages (the default); each pipeline runs ``--rounds`` times (best
-kept). Needs Java 17+.
+Bounded: at most 1,000,000 messages, the default (1 GiB of bodies: long enough that the
+per-query start no longer dominates; ~2.5 minutes here); each pipeline runs ``--rounds`` times
+(best kept). The JSON-lines copy is written by Spark itself. Needs Java 17+.
 
 Measured here (2 cores; best of 3 rounds; single runs move by +-15 %), fourth session
 (2026-11-23), topic of 2 queues, txmq / JSON lines:
 
-- in batches: 107 % (20k rows), 79 % (60k), 71-84 % (200k, two runs);
-- wall clock: 45 %, 42 %, 47-54 %; the null Python source itself reaches 58 %, 58 %, 61-78 %.
+| rows | in batches | wall clock | null Python source, wall clock |
+|---|---|---|---|
+| 20,000 | 107 % | 45 % | 58 % |
+| 60,000 | 79 % | 42 % | 58 % |
+| 200,000 (2 runs) | 71-84 % | 47-54 % | 61-78 % |
+| 1,000,000 (2 runs, the default) | 72-77 % | 62-66 % | 110-112 % |
 
-So a running txmq stream sustains well over half the file source's rate; a single short query
-spends most of its time starting PySpark's Python planner. Per row txmq costs ~1.8 us of broker
-CPU (reading and checking records, gRPC) and ~2.2 us of client CPU (gRPC receive, per-record
-CRC, numpy/Arrow), measured outside Spark, then Spark's Arrow-to-row path and Parquet.
+So a running txmq stream sustains well over half the file source's rate, and so does a query
+over a million rows end to end; a short query spends most of its time starting PySpark's Python
+planner. Per row txmq costs ~1.8 us of broker CPU (reading and checking records, gRPC) and ~2.2
+us of client CPU (gRPC receive, per-record CRC, numpy/Arrow), measured outside Spark, then
+Spark's Arrow-to-row path and Parquet.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ from txmq.spark.arrow import SCHEMA_DDL
 from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, build_message
 from txmq.spark.session import local_session
 
-MESSAGES_MAX = 200_000
+MESSAGES_MAX = 1_000_000
 TOPIC = "bench-spark"
 JSON_SCHEMA = (
     "topic string, queue_id int, queue_offset long, message_id string, keys array<string>, "
@@ -87,30 +93,31 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
 
 
 def produce(endpoints: str, n: int, body_bytes: int) -> None:
-    """n plain messages in 64-message requests from 4 threads (they share group commits)."""
+    """n plain messages in 64-message requests from 4 threads (they share group commits), each
+    thread on its own connection."""
     body = (b"x" * body_bytes)[:body_bytes]
+    threads = 4
 
-    def chunk(start: int) -> None:
+    def share(k: int) -> None:
         with BrokerClient(endpoints) as broker:
-            count = min(SEND_BATCH_MAX, n - start)
-            broker.send([build_message(TOPIC, body, keys=[f"k{start + i}"]) for i in range(count)])
+            for start in range(k * SEND_BATCH_MAX, n, threads * SEND_BATCH_MAX):
+                count = min(SEND_BATCH_MAX, n - start)
+                keys = (f"k{start + i}" for i in range(count))
+                broker.send([build_message(TOPIC, body, keys=[key]) for key in keys])
 
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(chunk, range(0, n, SEND_BATCH_MAX)))
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(share, range(threads)))
 
 
 def write_jsonl(spark: Any, endpoints: str, path: Path) -> int:
-    """The same rows as JSON lines (read once through the connector, body as text)."""
+    """The same rows as JSON lines (read once through the connector, body as text), written
+    by Spark's own JSON writer (one file per queue) so a million rows never pass through this
+    process; returns how many rows the JSON source reads back."""
     df = spark.read.format("txmq").option("endpoints", endpoints).option("topic", TOPIC).load()
-    rows = df.selectExpr("*", "string(body) AS text").drop("body").collect()
-    with path.open("w") as f:
-        for r in rows:
-            d = r.asDict()
-            d["body"] = d.pop("text")
-            for ts in ("born_timestamp", "store_timestamp"):
-                d[ts] = d[ts].isoformat()
-            f.write(json.dumps(d) + "\n")
-    return len(rows)
+    columns = ["string(body) AS body" if c == "body" else c for c in df.columns]
+    df.selectExpr(*columns).write.json(str(path))
+    count: int = spark.read.schema(JSON_SCHEMA).json(str(path)).count()
+    return count
 
 
 class _FloorPartition(InputPartition):  # type: ignore[misc]
@@ -221,8 +228,8 @@ def main() -> None:
             print(f"produced {n} x {args.body_bytes} B into {args.queues} queues in {took:.1f}s")
             spark = local_session("txmq-bench", **{"spark.sql.shuffle.partitions": "2"})
             jsonl = work / "rows"
-            jsonl.mkdir()
-            assert write_jsonl(spark, endpoints, jsonl / "rows.jsonl") == n
+            if write_jsonl(spark, endpoints, jsonl) != n:
+                raise SystemExit(f"the JSON copy of the topic does not hold {n} rows")
             with BrokerClient(endpoints) as broker:
                 queues = broker.queue_count(TOPIC)
             spark.dataSource.register(floor_source(n, queues, args.body_bytes))
