@@ -1,0 +1,68 @@
+"""The benchmark scripts still run: each one, shrunk to a fraction of a second per phase, exits 0
+and prints its figures. Why: benchmarks run by hand only, so a refactor that breaks one goes
+unnoticed until someone needs its numbers (bench_broker once crashed after its first phase).
+No figure is checked here: speed belongs to the benchmarks, not to the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ROOT
+
+BENCH = ROOT / "benchmarks"
+RUN_TIMEOUT_S = 240
+
+
+def run_bench(script: str, *args: str, tmp: Path) -> str:
+    env = dict(os.environ, TXMQ_BENCH_DIR=str(tmp))
+    out = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=env,
+        cwd=tmp,
+        check=False,
+    )
+    assert out.returncode == 0, f"{script} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def test_bench_store_runs(tmp_path: Path) -> None:
+    out = run_bench("bench_store.py", "--seconds", "0.2", "--recovery-mib", "2", tmp=tmp_path)
+    assert "floor" in out
+
+
+def test_bench_txn_runs(tmp_path: Path) -> None:
+    args = ("--seconds", "0.2", "--slices", "1", "--threads", "1")
+    assert run_bench("bench_txn.py", *args, tmp=tmp_path).strip()
+
+
+def test_bench_broker_runs_every_baseline(tmp_path: Path) -> None:
+    out = run_bench("bench_broker.py", "--seconds", "0.5", "--threads", "1", tmp=tmp_path)
+    for baseline in ("grpc.aio echo", "asyncio client", "stub server", "CPU per transaction"):
+        assert baseline in out, out
+
+
+@pytest.mark.spark
+def test_bench_spark_reports_both_rates(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from txmq.errors import TxmqError
+    from txmq.spark.session import require_java
+
+    try:
+        require_java()
+    except TxmqError as exc:
+        pytest.skip(str(exc))
+    out = run_bench("bench_spark.py", "--messages", "300", "--rounds", "1", tmp=tmp_path)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["messages"] == 300
+    assert set(summary["wall_s"]) == set(summary["in_batches_s"]) == {"txmq", "jsonl", "floor"}
+    assert summary["ratio_wall"] > 0 and summary["ratio_in_batches"] > 0
