@@ -38,6 +38,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine, pct
+from peers._base import tree_cpu_seconds
 
 ROOT = Path(__file__).parents[1]
 OPS_PER_THREAD_MAX = 200_000
@@ -221,12 +222,6 @@ def echo_rate_aio_client(endpoint: str, threads: int, seconds: float) -> float:
     return rate
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def consumer_main(endpoints: str, topic: str, ready: Any, stop: Any, out: Any) -> None:
     """Child process: a SimpleConsumer that receives, timestamps (CLOCK_MONOTONIC, shared by
     every process on the machine) and acks until told to stop, then reports its receipts.
@@ -247,6 +242,7 @@ def consumer_main(endpoints: str, topic: str, ready: Any, stop: Any, out: Any) -
             receipts.append((bytes(m.body[:KEY_BYTES]), time.monotonic()))
             # Sent on the client's own event loop; receiving does not wait for it (as in
             # benchmarks/compare.py). Its outcome is not needed: a lost ack only redelivers.
+            # Main thread only: 5.1.2's ack_async wants an asyncio loop in the calling thread.
             consumer.ack_async(m)
     consumer.shutdown()
     out.put(receipts)
@@ -322,11 +318,11 @@ def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> T
         send(key)
 
     assert reader.pid is not None
-    cpu0 = (proc_cpu_seconds(broker_pid), time.process_time(), proc_cpu_seconds(reader.pid))
+    cpu0 = (tree_cpu_seconds(broker_pid), time.process_time(), tree_cpu_seconds(reader.pid))
     t0 = time.perf_counter()
     sent = run_threads(threads, seconds, produce)
     rate = sent / (time.perf_counter() - t0)
-    cpu1 = (proc_cpu_seconds(broker_pid), time.process_time(), proc_cpu_seconds(reader.pid))
+    cpu1 = (tree_cpu_seconds(broker_pid), time.process_time(), tree_cpu_seconds(reader.pid))
     time.sleep(SETTLE_S)  # what is still in flight reaches the consumer
     stop.set()
     receipts: list[tuple[bytes, float]] = out.get(timeout=60)
