@@ -221,5 +221,6 @@ def test_kill9_transactions(tmp_path: Path, seed: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # its 600 s budget, then the last verification: past the 300 s default
 def test_kill9_transactions_long(tmp_path: Path, seed: int) -> None:
     _run(tmp_path, seed, rounds=400, budget_s=600.0)
