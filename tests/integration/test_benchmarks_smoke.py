@@ -54,13 +54,11 @@ def test_bench_broker_runs_every_baseline(tmp_path: Path) -> None:
 @pytest.mark.spark
 def test_bench_spark_reports_both_rates(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
-    from txmq.errors import TxmqError
-    from txmq.spark.session import require_java
+    from tests.spark.conftest import java_problem
 
-    try:
-        require_java()
-    except TxmqError as exc:
-        pytest.skip(str(exc))
+    problem = java_problem()
+    if problem is not None:
+        pytest.skip(problem)
     out = run_bench("bench_spark.py", "--messages", "300", "--rounds", "1", tmp=tmp_path)
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["messages"] == 300
