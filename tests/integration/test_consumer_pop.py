@@ -40,6 +40,7 @@ def test_tag_filter_ack_invisibility_and_stale_handles(broker: BrokerProcess) ->
         got = drain(c, 4, 20, ack=False)
         assert sorted(m.body for m in got) == [b"A0", b"A3", b"B1", b"B4"]
         assert all(m.delivery_attempt == 1 for m in got)
+        assert not any(m.corrupted for m in got), "the client checks the MD5 body digest"
         first, *rest = got
         for m in rest:
             c.ack(m)

@@ -1,13 +1,13 @@
 """ConsumeRpcs handlers called directly (no network) over a real store and topic registry in a
 temp directory, with a manual clock: the ReceiveMessage reply shape (status, delivery
-timestamp, messages with handle, CRC32 digest and attempt), MESSAGE_NOT_FOUND after a long poll,
+timestamp, messages with handle, MD5 digest and attempt), MESSAGE_NOT_FOUND after a long poll,
 a long poll woken by notify_appended, per-entry ack statuses, client-forwarded dead letters
 readable from the DLQ topic, the sweep, assignments and the offset RPCs."""
 
 from __future__ import annotations
 
 import asyncio
-import zlib
+import hashlib
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -81,7 +81,7 @@ async def test_receive_reply_shape_and_ack_statuses(rpcs: ConsumeRpcs, clock: Cl
     assert items[0].status.code == errors.CODE_OK
     msg = items[2].message
     assert msg.body == b"hello"
-    assert msg.system_properties.body_digest.checksum == f"{zlib.crc32(b'hello'):08X}"
+    assert msg.system_properties.body_digest.checksum == hashlib.md5(b"hello").hexdigest().upper()
     assert msg.system_properties.delivery_attempt == 1
     assert msg.system_properties.queue_offset == 0
     ack = sv.AckMessageRequest()

@@ -7,7 +7,7 @@ that what a producer sends is what a consumer gets (body, tag, keys, user proper
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from typing import Any
 
 import pytest
@@ -211,11 +211,11 @@ def test_invalid_wire_messages_raise_typed_errors(message: Any, error: type[Exce
 # --- Record -> wire message. ----------------------------------------------------------------------
 
 
-def test_body_digest_is_crc32_as_8_upper_case_hex() -> None:
-    assert mapping.body_digest(b"") == "00000000"
-    assert mapping.body_digest(b"hello") == "3610A686"
+def test_body_digest_is_md5_as_32_upper_case_hex_like_the_proxy() -> None:
+    assert mapping.body_digest(b"") == "D41D8CD98F00B204E9800998ECF8427E"
+    assert mapping.body_digest(b"hello") == "5D41402ABC4B2A76B9719D911017C592"
     body = bytes(range(256))
-    assert mapping.body_digest(body) == f"{zlib.crc32(body):08X}"
+    assert mapping.body_digest(body) == hashlib.md5(body).hexdigest().upper()
 
 
 def test_record_to_wire_message_has_the_system_properties_consumers_need() -> None:
@@ -231,7 +231,8 @@ def test_record_to_wire_message_has_the_system_properties_consumers_need() -> No
     assert m.topic.name == "orders" and m.body == b"hello"
     assert dict(m.user_properties) == {"region": "eu"}, "internal properties stay inside"
     assert (sp.tag, list(sp.keys), sp.message_id) == ("paid", ["order-1", "user-9"], "01ABCDEF")
-    assert sp.body_digest.type == pb.CRC32 and sp.body_digest.checksum == "3610A686"
+    assert sp.body_digest.type == pb.MD5
+    assert sp.body_digest.checksum == "5D41402ABC4B2A76B9719D911017C592"
     assert (sp.receipt_handle, sp.delivery_attempt) == ("rh-1", 3)
     assert mapping.duration_ms(sp.invisible_duration) == 30_000
     assert (sp.queue_id, sp.queue_offset) == (2, 41)

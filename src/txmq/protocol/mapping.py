@@ -8,8 +8,8 @@ Must not: touch the store, sockets or the event loop.
 
 from __future__ import annotations
 
+import hashlib
 import re
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,8 +100,10 @@ def validate_topic(name: str, *, allow_system: bool = False) -> str:
 
 
 def body_digest(body: bytes) -> str:
-    """The body digest the official clients check: CRC32, 8 upper-case hex digits."""
-    return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
+    """The body digest consumers check: MD5 as 32 upper-case hex digits, as the RocketMQ proxy
+    sends it. Every official client checks MD5 the same way; their CRC32 checks disagree (Node.js
+    compares a decimal string, Java unpadded hex), so CRC32 would flag good bodies as corrupted."""
+    return hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
 
 
 def wire_message_type(msg: Any) -> MessageType:
@@ -189,7 +191,7 @@ def message_from_record(
     sp.tag = rec.tag
     sp.keys.extend(rec.keys)
     sp.message_id = rec.message_id
-    sp.body_digest.type = pb.CRC32
+    sp.body_digest.type = pb.MD5
     sp.body_digest.checksum = body_digest(rec.body)
     sp.body_encoding = pb.IDENTITY
     sp.message_type = WIRE_TYPES[message_type]
