@@ -1,19 +1,25 @@
-"""Broker benchmark with the official RocketMQ Python client: transactional messages/s and
-p50/p99 latency from the start of a transaction (half send) to the consumer's receipt, with 1
-and 32 producer threads, next to a bare grpc.aio echo service measured in the same run (the
-protocol ceiling on this machine).
+"""Broker benchmark with the official RocketMQ Python client: broker CPU per message against its
+floor, throughput and latency, with 1 and 32 producer threads.
 
-Both servers run in their own process, so neither shares a GIL with the client threads; the
-consumer (a SimpleConsumer receiving 32 at a time and acking each message asynchronously) runs
-in a third process, as the consuming service would. A transaction costs the producer two RPCs
-(SendMessage + EndTransaction), so the ratio compares 2 x txn/s with echo calls/s from the
-same number of client threads; the broker also serves the consumer's receives and acks
-meanwhile. CPU per transaction is printed for the broker, the producing and the consuming
-process. A third baseline runs the same official Producer against a do-nothing RocketMQ stub
-server (grpc.aio, canned OK replies, no storage): the ceiling of this client and protocol here,
-which shows how much of the gap is the broker's own work. Goal (issue 4): >= 60 % of the echo
-ceiling. Bounded: ``--seconds`` per phase
-(default 5) and at most 200 000 operations per thread.
+The floor (issue 17) is a do-nothing grpc.aio RocketMQ server (``floor_servers.py stub``:
+canned replies, committed messages handed from SendMessage/EndTransaction to ReceiveMessage in
+memory, no storage, no fsync) answering the same calls, driven the same way: the same official
+Producer threads and the same SimpleConsumer process. For each workload the script prints the
+server's CPU per message (every thread of its process tree, from /proc) for txmq and for the
+floor, and their ratio (goal: <= 1.3):
+- transactional: begin, send the half message, commit (SendMessage + EndTransaction), then the
+  consumer's receive and ack;
+- plain: one 1 KiB normal message sent, received and acked.
+It also prints the single producer's send+commit p50/p99 (goal p99 <= 10 ms), the transaction
+start -> consumer receipt latency, the producing and consuming processes' CPU, and two rate
+ceilings: a bare grpc.aio echo (sync client threads, and an asyncio client like the official
+one's). The floor and txmq phases alternate in one run, so their ratio holds on a shared machine
+even when absolute figures do not; the load average is printed at the start.
+
+Every server and the consumer run in their own process (no GIL shared with the producer
+threads). CPU is read from the start of sending until the consumer has received every message
+sent (at most DRAIN_S_MAX later). Bounded: ``--seconds`` per phase (default 5) and at most
+200 000 operations per thread.
 
 Run: ``.venv/bin/python benchmarks/bench_broker.py [--seconds S] [--threads 1,32]``.
 """
@@ -43,108 +49,10 @@ from peers._base import tree_cpu_seconds
 ROOT = Path(__file__).parents[1]
 OPS_PER_THREAD_MAX = 200_000
 BODY = 1024
-SETTLE_S = 3.0
+# After the last send, how long the consumer may take to receive what is still in flight.
+DRAIN_S_MAX = 15.0
 # A body starts with its unique key (producer thread, sequence), padded to this many bytes.
 KEY_BYTES = 24
-
-
-def echo_server_main() -> None:
-    """Child process: a grpc.aio server with one unary method that returns its request."""
-
-    async def serve() -> None:
-        server = grpc.aio.server()
-
-        async def echo(body: bytes, context: object) -> bytes:
-            return body
-
-        handler = grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
-        )
-        server.add_generic_rpc_handlers((handler,))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        print(f"echo listening on 127.0.0.1:{port}", flush=True)
-        await server.wait_for_termination()
-
-    asyncio.run(serve())
-
-
-def stub_server_main() -> None:
-    """Child process: a grpc.aio server of the RocketMQ v2 MessagingService that does no work
-    (no storage, no fsync, no transaction book): QueryRoute, Heartbeat, the Telemetry settings
-    handshake, SendMessage and EndTransaction answer OK at once. The official client's ceiling
-    for a transactional send on this machine: the same client, the same RPCs, nothing behind."""
-    import itertools
-
-    from rocketmq.grpc_protocol import definition_pb2 as pb
-    from rocketmq.grpc_protocol import service_pb2 as sv
-    from rocketmq.grpc_protocol import service_pb2_grpc as sg
-
-    from txmq.protocol import mapping, telemetry
-
-    server_settings = telemetry.ServerSettings(
-        body_size_max=4 * 1024 * 1024,
-        long_polling_timeout_ms=20_000,
-        receive_batch_size=32,
-        delivery_attempts_max=16,
-        retry_backoff_initial_ms=1_000,
-        retry_backoff_max_ms=60_000,
-    )
-    ids = itertools.count()
-
-    class Stub(sg.MessagingServiceServicer):  # type: ignore[misc]
-        def __init__(self, port: int) -> None:
-            self.port = port
-
-        async def QueryRoute(self, request: Any, context: Any) -> Any:
-            broker = pb.Broker(name="stub", id=0)
-            broker.endpoints.scheme = pb.IPv4
-            broker.endpoints.addresses.add(host="127.0.0.1", port=self.port)
-            queue = pb.MessageQueue(
-                topic=request.topic,
-                id=0,
-                permission=pb.READ_WRITE,
-                broker=broker,
-                accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
-            )
-            return sv.QueryRouteResponse(status=mapping.status(), message_queues=[queue])
-
-        async def Heartbeat(self, request: Any, context: Any) -> Any:
-            return sv.HeartbeatResponse(status=mapping.status())
-
-        async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
-            return sv.NotifyClientTerminationResponse(status=mapping.status())
-
-        async def Telemetry(self, request_iterator: Any, context: Any) -> Any:
-            async for cmd in request_iterator:
-                if cmd.HasField("settings"):
-                    reply = telemetry.settings_reply(cmd.settings, server_settings, fifo=False)
-                    yield sv.TelemetryCommand(status=mapping.status(), settings=reply)
-
-        async def SendMessage(self, request: Any, context: Any) -> Any:
-            entries = [
-                sv.SendResultEntry(
-                    status=mapping.status(),
-                    message_id=m.system_properties.message_id,
-                    transaction_id=f"stub-{next(ids)}",
-                    offset=0,
-                )
-                for m in request.messages
-            ]
-            return sv.SendMessageResponse(status=mapping.status(), entries=entries)
-
-        async def EndTransaction(self, request: Any, context: Any) -> Any:
-            return sv.EndTransactionResponse(status=mapping.status())
-
-    async def serve() -> None:
-        server = grpc.aio.server()
-        port = server.add_insecure_port("127.0.0.1:0")
-        sg.add_MessagingServiceServicer_to_server(Stub(port), server)
-        await server.start()
-        print(f"stub listening on 127.0.0.1:{port}", flush=True)
-        await server.wait_for_termination()
-
-    asyncio.run(serve())
 
 
 def start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -222,9 +130,10 @@ def echo_rate_aio_client(endpoint: str, threads: int, seconds: float) -> float:
     return rate
 
 
-def consumer_main(endpoints: str, topic: str, ready: Any, stop: Any, out: Any) -> None:
+def consumer_main(endpoints: str, topic: str, ready: Any, stop: Any, count: Any, out: Any) -> None:
     """Child process: a SimpleConsumer that receives, timestamps (CLOCK_MONOTONIC, shared by
-    every process on the machine) and acks until told to stop, then reports its receipts.
+    every process on the machine) and acks until told to stop, then reports its receipts;
+    ``count`` tells the parent how many it has received so far.
 
     Why its own process: the consumer is another service (the inventory service of the
     example); in the producer's process its threads would compete with the producer threads
@@ -244,24 +153,27 @@ def consumer_main(endpoints: str, topic: str, ready: Any, stop: Any, out: Any) -
             # benchmarks/compare.py). Its outcome is not needed: a lost ack only redelivers.
             # Main thread only: 5.1.2's ack_async wants an asyncio loop in the calling thread.
             consumer.ack_async(m)
+        count.value = len(receipts)
     consumer.shutdown()
     out.put(receipts)
 
 
 @dataclass
-class TxnPhase:
-    rate: float  # transactions/s
-    p50_ms: float  # transaction start -> consumer receipt
+class Phase:
+    rate: float  # messages (transactions) sent per second
+    send_p50_ms: float  # the producer's call: send, or begin + send + commit
+    send_p99_ms: float
+    p50_ms: float  # send start -> consumer receipt
     p99_ms: float
     receipts: int
-    broker_ms: float  # broker CPU per transaction
-    producer_ms: float  # the producing process's CPU per transaction
-    consumer_ms: float  # the consuming process's CPU per transaction
+    server_ms: float  # CPU per message of the server's process tree
+    producer_ms: float  # the producing process's CPU per message
+    consumer_ms: float  # the consuming process's CPU per message
 
 
-def transactional_sender(endpoints: str, topic: str) -> tuple[Any, Callable[[bytes], None]]:
-    """(started official Producer, send): ``send(key)`` runs one transaction of a 1 KiB body
-    that starts with ``key``: begin, send the half message, commit."""
+def sender(endpoints: str, topic: str, transactional: bool) -> tuple[Any, Callable[[bytes], None]]:
+    """(started official Producer, send): ``send(key)`` sends one 1 KiB body that starts with
+    ``key``; transactional: begin, send the half message, commit."""
     from rocketmq import (
         ClientConfiguration,
         Credentials,
@@ -275,13 +187,17 @@ def transactional_sender(endpoints: str, topic: str) -> tuple[Any, Callable[[byt
         def check(self, message: object) -> TransactionResolution:
             return TransactionResolution.COMMIT
 
-    producer = Producer(ClientConfiguration(endpoints, Credentials()), (topic,), Commit())
+    cfg = ClientConfiguration(endpoints, Credentials())
+    producer = Producer(cfg, (topic,), Commit()) if transactional else Producer(cfg, (topic,))
     producer.startup()
 
     def send(key: bytes) -> None:
         m: Any = Message()
         m.topic = topic
         m.body = key.ljust(BODY, b".")
+        if not transactional:
+            producer.send(m)
+            return
         tx = producer.begin_transaction()
         producer.send(m, tx)
         tx.commit()
@@ -289,88 +205,105 @@ def transactional_sender(endpoints: str, topic: str) -> tuple[Any, Callable[[byt
     return producer, send
 
 
-def stub_rate(endpoints: str, threads: int, seconds: float) -> float:
-    """Transactions/s of the official client against the do-nothing stub server."""
-    producer, send = transactional_sender(endpoints, f"bench-{threads}")
-    send(b"warm-up")
-    t0 = time.perf_counter()
-    sent = run_threads(threads, seconds, lambda k, n: send(f"{k}-{n}|".encode()))
-    rate = sent / (time.perf_counter() - t0)
-    producer.shutdown()
-    return rate
-
-
-def txn_rate(endpoints: str, broker_pid: int, threads: int, seconds: float) -> TxnPhase:
-    topic = f"bench-{threads}"
+def phase(
+    endpoints: str, server_pid: int, threads: int, seconds: float, *, transactional: bool
+) -> Phase:
+    """Producer threads and a consumer process against one server; see the module docstring."""
+    topic = f"bench-{'txn' if transactional else 'plain'}-{threads}"
     ctx = mp.get_context("spawn")  # gRPC does not survive fork
-    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, out))
+    ready, stop, count, out = ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue()
+    reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, count, out))
     reader.start()
-    producer, send = transactional_sender(endpoints, topic)
+    producer, send = sender(endpoints, topic, transactional)
     if not ready.wait(60):
         reader.kill()
         raise SystemExit("the consumer process did not start")
     started_at: dict[bytes, float] = {}
+    calls: list[float] = []
 
     def produce(k: int, n: int) -> None:
         key = f"{k}-{n}|".encode().ljust(KEY_BYTES, b".")
-        started_at[key] = time.monotonic()
+        t = started_at[key] = time.monotonic()
         send(key)
+        calls.append((time.monotonic() - t) * 1000)
 
     assert reader.pid is not None
-    cpu0 = (tree_cpu_seconds(broker_pid), time.process_time(), tree_cpu_seconds(reader.pid))
+    cpu0 = (tree_cpu_seconds(server_pid), time.process_time(), tree_cpu_seconds(reader.pid))
     t0 = time.perf_counter()
     sent = run_threads(threads, seconds, produce)
     rate = sent / (time.perf_counter() - t0)
-    cpu1 = (tree_cpu_seconds(broker_pid), time.process_time(), tree_cpu_seconds(reader.pid))
-    time.sleep(SETTLE_S)  # what is still in flight reaches the consumer
+    drain_end = time.monotonic() + DRAIN_S_MAX
+    while count.value < sent and time.monotonic() < drain_end:
+        time.sleep(0.05)  # polling the consumer's count, bounded by DRAIN_S_MAX
+    cpu1 = (tree_cpu_seconds(server_pid), time.process_time(), tree_cpu_seconds(reader.pid))
     stop.set()
     receipts: list[tuple[bytes, float]] = out.get(timeout=60)
     reader.join(30)
     producer.shutdown()
     latency = [(at - started_at[k]) * 1000 for k, at in receipts if k in started_at]
-    per_txn = [(b - a) * 1000 / max(1, sent) for a, b in zip(cpu0, cpu1, strict=True)]
-    return TxnPhase(rate, pct(latency, 0.5), pct(latency, 0.99), len(latency), *per_txn)
+    per_msg = [(b - a) * 1000 / max(1, sent) for a, b in zip(cpu0, cpu1, strict=True)]
+    return Phase(
+        rate,
+        pct(calls, 0.5),
+        pct(calls, 0.99),
+        pct(latency, 0.5),
+        pct(latency, 0.99),
+        len(latency),
+        *per_msg,
+    )
+
+
+def report(threads: int, echo: tuple[float, float], pairs: dict[str, tuple[Phase, Phase]]) -> str:
+    """The lines printed for one thread count: ``pairs`` maps workload -> (txmq, floor)."""
+    echo_sync, echo_aio = echo
+    t, ft = pairs["transactional"]
+    p, fp = pairs["plain"]
+    return (
+        f"{threads:2d} threads: grpc.aio echo {echo_sync:6.0f} calls/s, through an asyncio "
+        f"client like the official one's {echo_aio:6.0f} calls/s\n"
+        f"  transactional: txmq {t.rate:6.0f} txn/s (= {2 * t.rate:6.0f} calls/s, "
+        f"{200 * t.rate / echo_sync:3.0f}% of echo), floor {ft.rate:6.0f} txn/s "
+        f"(txmq = {100 * t.rate / max(ft.rate, 1e-9):3.0f}% of it)\n"
+        f"    send+commit p50 {t.send_p50_ms:.1f} ms p99 {t.send_p99_ms:.1f} ms (floor p99 "
+        f"{ft.send_p99_ms:.1f}) | start->receipt p50 {t.p50_ms:.1f} ms p99 {t.p99_ms:.1f} ms "
+        f"({t.receipts} receipts)\n"
+        f"    CPU per transaction: broker {t.server_ms:.3f} ms, floor {ft.server_ms:.3f} ms, "
+        f"ratio {t.server_ms / max(ft.server_ms, 1e-9):.2f} (goal <= 1.3) | producer process "
+        f"{t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms\n"
+        f"  plain 1 KiB (send, receive, ack): txmq {p.rate:6.0f} msg/s, floor {fp.rate:6.0f} "
+        f"msg/s | send p50 {p.send_p50_ms:.1f} ms p99 {p.send_p99_ms:.1f} ms\n"
+        f"    CPU per plain message: broker {p.server_ms:.3f} ms, floor {fp.server_ms:.3f} ms, "
+        f"ratio {p.server_ms / max(fp.server_ms, 1e-9):.2f}"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--threads", default="1,32")
-    ap.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--stub-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.echo_server:
-        echo_server_main()
-        return
-    if args.stub_server:
-        stub_server_main()
-        return
-    print(f"# broker benchmark on {machine()} (official rocketmq-python-client)")
-    echo, echo_endpoint = start([sys.executable, __file__, "--echo-server"])
-    stub, stub_endpoint = start([sys.executable, __file__, "--stub-server"])
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"# broker benchmark on {machine()}, load average {load} (official client)")
+    floors = Path(__file__).with_name("floor_servers.py")
+    echo, echo_endpoint = start([sys.executable, str(floors), "echo"])
+    stub, stub_endpoint = start([sys.executable, str(floors), "stub"])
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as d:
         cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", d, "--port", "0"]
         broker, endpoints = start(cmd)
         try:
             for n in (int(x) for x in args.threads.split(",")):
-                echo_per_s = echo_rate(echo_endpoint, n, args.seconds)
-                echo_aio = echo_rate_aio_client(echo_endpoint, n, args.seconds)
-                stub_per_s = stub_rate(stub_endpoint, n, args.seconds)
-                t = txn_rate(endpoints, broker.pid, n, args.seconds)
-                print(
-                    f"{n:2d} threads: grpc.aio echo {echo_per_s:7.0f} calls/s | txmq "
-                    f"transactional {t.rate:6.0f} msg/s (= {2 * t.rate:6.0f} calls/s, "
-                    f"{200 * t.rate / echo_per_s:3.0f}% of echo) | transaction start->receipt "
-                    f"p50 {t.p50_ms:.1f} ms p99 {t.p99_ms:.1f} ms ({t.receipts} receipts)\n"
-                    f"           echo through an asyncio client like the official one's "
-                    f"{echo_aio:7.0f} calls/s (txmq = {200 * t.rate / echo_aio:3.0f}% of it)\n"
-                    f"           the official client against a do-nothing RocketMQ stub server "
-                    f"{stub_per_s:6.0f} txn/s (txmq = {100 * t.rate / stub_per_s:3.0f}% of it)\n"
-                    f"           CPU per transaction: broker {t.broker_ms:.2f} ms, producer "
-                    f"process {t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms",
-                    flush=True,
+                rates = (
+                    echo_rate(echo_endpoint, n, args.seconds),
+                    echo_rate_aio_client(echo_endpoint, n, args.seconds),
                 )
+                pairs = {
+                    kind: (
+                        phase(endpoints, broker.pid, n, args.seconds, transactional=txn),
+                        phase(stub_endpoint, stub.pid, n, args.seconds, transactional=txn),
+                    )
+                    for kind, txn in (("transactional", True), ("plain", False))
+                }
+                print(report(n, rates, pairs), flush=True)
         finally:
             broker.terminate()
             broker.wait(30)
