@@ -20,7 +20,6 @@ import collections
 import contextlib
 import itertools
 import sys
-import zlib
 from typing import Any
 
 import grpc
@@ -154,8 +153,8 @@ def stub_servicer(port: int) -> Any:
                 sp.receipt_handle = f"r{next(ids)}"
                 sp.delivery_attempt = 1
                 sp.body_encoding = pb.IDENTITY
-                sp.body_digest.type = pb.CRC32
-                sp.body_digest.checksum = f"{zlib.crc32(m.body) & 0xFFFFFFFF:08X}"
+                sp.body_digest.type = pb.MD5  # the digest txmq sends, computed the same way
+                sp.body_digest.checksum = mapping.body_digest(m.body)
                 yield sv.ReceiveMessageResponse(message=m)
 
         async def AckMessage(self, request: Any, context: Any) -> Any:
