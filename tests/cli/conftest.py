@@ -1,1 +1,1 @@
-from tests.integration.conftest import broker  # noqa: F401  (shared fixture)
+from tests.integration.conftest import broker, start_broker  # noqa: F401  (shared fixtures)

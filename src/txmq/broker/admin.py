@@ -93,23 +93,7 @@ def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]],
         return {}
 
     def group_list(_: dict[str, Any]) -> Any:
-        groups: dict[str, Any] = {}
-        for g, t, q, ack, inflight in parts.deliveries.positions():
-            hi = parts.store.queue_offsets(t, q)[1]
-            e = groups.setdefault(g, {"group": g, "lag": 0, "inflight": 0, "queues": []})
-            e["lag"] += max(0, hi - ack)
-            e["inflight"] += inflight
-            e["queues"].append(
-                {
-                    "topic": t,
-                    "queue": q,
-                    "acked_to": ack,
-                    "max": hi,
-                    "lag": max(0, hi - ack),
-                    "inflight": inflight,
-                }
-            )
-        return {"groups": list(groups.values())}
+        return {"groups": [g.as_json() for g in parts.lag.lags()]}
 
     def txn_list(a: dict[str, Any]) -> Any:
         rows = [parts.tx.show(t.transaction_id) for t in parts.tx.pending()]

@@ -49,6 +49,8 @@ class Session:
     client_type: int = 0
     topics: set[str] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
+    # (consumer group, topic) pairs this client's Settings subscribe to.
+    subscriptions: frozenset[tuple[str, str]] = frozenset()
     last_seen_ms: int = 0
     # Open Telemetry streams by id, oldest first (dicts keep insertion order).
     streams: dict[int, Stream] = field(default_factory=dict)
@@ -84,6 +86,10 @@ class Clients:
         invariant(expire_ms > 0, "sessions need a positive expiry")
         self.expire_ms = expire_ms
         self.sessions: dict[str, Session] = {}
+        # Every session's subscriptions, rebuilt on change: an immutable snapshot that executor
+        # threads (lag for the admin channel and metrics) may read while the loop changes
+        # the sessions.
+        self.subscribed: frozenset[tuple[str, str]] = frozenset()
 
     def touch(self, client_id: str, now_ms: int) -> Session:
         invariant(bool(client_id), "sessions are keyed by a non-empty client id")
@@ -104,10 +110,21 @@ class Clients:
         if s is not None:
             s.topics.add(topic)
 
+    def note_subscriptions(self, session: Session, group: str, topics: set[str]) -> None:
+        """A consumer's Settings: ``group`` consumes ``topics`` (replacing what it said before)."""
+        invariant(bool(group), "a subscription names its consumer group")
+        session.subscriptions = frozenset((group, t) for t in topics if t)
+        self._rebuild_subscribed()
+
+    def _rebuild_subscribed(self) -> None:
+        self.subscribed = frozenset(p for s in self.sessions.values() for p in s.subscriptions)
+
     def remove(self, client_id: str) -> None:
         """Forget a client that said goodbye. Its open streams end on their own; until then
         the session object stays reachable from their handlers, not from here."""
-        self.sessions.pop(client_id, None)
+        gone = self.sessions.pop(client_id, None)
+        if gone is not None and gone.subscriptions:
+            self._rebuild_subscribed()
 
     def expire(self, now_ms: int) -> list[str]:
         """Drop sessions with no open stream and no heartbeat for ``expire_ms``."""
@@ -118,6 +135,8 @@ class Clients:
         ]
         for cid in gone:
             del self.sessions[cid]
+        if gone:
+            self._rebuild_subscribed()
         return gone
 
     def live_publishers(self, topic: str) -> list[Session]:

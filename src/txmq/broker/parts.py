@@ -20,6 +20,7 @@ from pathlib import Path
 from txmq.broker.clients import Clients
 from txmq.broker.config import BrokerConfig
 from txmq.broker.delay import DelaySchedule
+from txmq.broker.lag import LagCollector, LagSource
 from txmq.broker.metrics import Metrics
 from txmq.broker.offsets import ConsumerPositions
 from txmq.broker.produce import SendPath
@@ -109,6 +110,13 @@ class Parts:
             now_ms=wall_ms,
         )
         self.clients = Clients()
+        self.lag = LagSource(
+            self.deliveries.positions,
+            lambda: self.clients.subscribed,
+            lambda topic: self.topics.get(topic).queue_count,
+            self.store.queue_offsets,
+        )
+        self.metrics.registry.register(LagCollector(self.lag))
         self.delay = DelaySchedule(self.store, d / "delay.json", self.disk)
         self.sends = SendPath(
             store=self.store,

@@ -211,7 +211,10 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         if telemetry.is_publisher(settings):
             session.topics.update(r.name for r in settings.publishing.topics)
         if settings.subscription.group.name:
-            session.groups.add(settings.subscription.group.name)
+            group = settings.subscription.group.name
+            session.groups.add(group)
+            topics = {e.topic.name for e in settings.subscription.subscriptions}
+            self.clients.note_subscriptions(session, group, topics)
         session.client_type = int(settings.client_type)
         try:
             reply = self._settings_reply(settings)
