@@ -122,3 +122,10 @@ CONSUMER_QUEUES_MAX: Final = 100_000
 # Half records kept in memory between prepare and decision so a commit need not read its half
 # back from disk; beyond this many bytes the oldest are dropped and read back when decided.
 TRANSACTION_HALF_CACHE_BYTES: Final = 16 * MiB
+
+# --- Spark sink and paged admin listings (issue 21). ---------------------------------------------
+# Decoded sink-ledger records the broker's check-back keeps (by batch key): a ledger record is
+# written once per batch and never changes, and every half of a batch is checked against it, so
+# decoding it once per half made check-back O(halves x ledger size). A handful of batches are
+# ever being decided at once.
+SINK_LEDGER_CACHE_KEYS_MAX: Final = 16

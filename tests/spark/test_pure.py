@@ -133,6 +133,34 @@ def test_ledger_resolver_over_a_real_store(tmp_path: Path) -> None:
         store.close()
 
 
+def test_ledger_record_is_read_once_per_batch_not_once_per_half(tmp_path: Path) -> None:
+    """Check-back of a big batch asks the ledger once per half: the record (which lists every
+    committed transaction) is looked up and decoded once, not once per half (O(n^2))."""
+    store = Store.open(tmp_path / "store", SMALL, now_ms=Clock())
+    try:
+        lookups: list[str] = []
+
+        def lookup(topic: str, key: str, max_count: int) -> list[Record]:
+            lookups.append(key)
+            return store.find_by_key(topic, key, max_count)
+
+        ledger = SinkLedger(lookup)
+        assert ledger.resolve(_half("a")) is None
+        assert ledger.resolve(_half("a")) is None, "an unrecorded batch is asked again"
+        assert len(lookups) == 2
+        ids = frozenset(f"t{i}" for i in range(1000))
+        entry = LedgerEntry("q", "7", ids, ((0, 0),))
+        store.append(
+            RecordDraft(topic=LEDGER_TOPIC, queue_id=0, body=entry.encode(), keys=(entry.key,))
+        )
+        for i in range(1000):
+            assert ledger.resolve(_half(f"t{i}")) is Outcome.COMMITTED
+        assert ledger.resolve(_half("zombie")) is Outcome.ROLLED_BACK
+        assert len(lookups) == 3, "one more lookup for the whole recorded batch"
+    finally:
+        store.close()
+
+
 def test_missing_java_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from txmq.spark.session import JavaMissingError, require_java
 

@@ -76,7 +76,7 @@ from txmq.store.store import Pending, Store
 from txmq.txn import records
 from txmq.txn.book import Due, Txn, TxnBook, Wait, describe
 from txmq.txn.replay import load_book
-from txmq.txn.steps import DecisionInFlightError, Steps, run_blocking
+from txmq.txn.steps import DecisionInFlightError, Steps, run_all, run_blocking
 from txmq.txn.values import CheckRequest as CheckRequest
 from txmq.txn.values import ClaimingResolver as ClaimingResolver
 from txmq.txn.values import LiveGroups as LiveGroups
@@ -91,6 +91,15 @@ _SNAPSHOT = "txn-snapshot.json"
 # How long a decision waits for a concurrent decision of the same transaction before it looks
 # again; the loop ends when the other append returns or fails, which the store bounds.
 _DECIDING_WAIT_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decision:
+    """A decision a check-back tick makes itself (a resolver's answer, a max-checks rollback)."""
+
+    txn: Txn
+    commit: bool
+    source: DecisionSource
 
 
 class Transactions:
@@ -355,16 +364,42 @@ class Transactions:
                 dues = self.book.due(now, is_live, limits.TRANSACTION_CHECKS_PER_TICK_MAX)
             try:
                 spent: list[tuple[Txn, int, Record]] = []
+                decisions: list[_Decision] = []
                 for due in dues:
                     checked = self._handle_due_logged(due, now)
-                    if checked is not None:
+                    if isinstance(checked, _Decision):
+                        decisions.append(checked)
+                    elif checked is not None:
                         spent.append(checked)
+                self._decide_all(decisions, now)
                 return self._record_checks(spent, now)
             finally:
                 with self._lock:
                     self._op_end(token)
 
-    def _handle_due_logged(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | None:
+    def _decide_all(self, decisions: list[_Decision], now_ms: int) -> None:
+        """The tick's decisions (resolver answers, max-checks rollbacks) appended together:
+        one shared fsync, not one each in turn. One failure defers only its transaction."""
+        all_steps = [
+            self.end_steps(d.txn.transaction_id, commit=d.commit, source=d.source, block=True)
+            for d in decisions
+        ]
+        for d, result in zip(decisions, run_all(all_steps), strict=True):
+            if isinstance(result, TransactionError):
+                continue  # a producer decided it meanwhile: its outcome stands
+            if isinstance(result, Exception):
+                log.error(
+                    "check-back decision of %s failed; retried later: %r",
+                    d.txn.transaction_id,
+                    result,
+                )
+                with self._lock:
+                    self._check_errors += 1
+                    self.book.reschedule(d.txn, now_ms + self.book.check_interval_ms)
+
+    def _handle_due_logged(
+        self, due: Due, now_ms: int
+    ) -> tuple[Txn, int, Record] | _Decision | None:
         """``_handle_due``, with one transaction's failure contained to that transaction."""
         try:
             return self._handle_due(due, now_ms)
@@ -377,18 +412,16 @@ class Transactions:
                 self.book.reschedule(due.txn, now_ms + self.book.check_interval_ms)
             return None
 
-    def _handle_due(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | None:
-        """Decide, resolve or spend a check for one due transaction; returns the spent check."""
+    def _handle_due(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | _Decision | None:
+        """Resolve or spend a check for one due transaction; returns the spent check, or the
+        decision to append (``_decide_all``)."""
         txn = due.txn
         if due.give_up:
-            self.end(txn.transaction_id, commit=False, source=DecisionSource.MAX_CHECKS)
-            return None
+            return _Decision(txn, False, DecisionSource.MAX_CHECKS)
         half = self._half(txn)
         outcome = self._run_resolvers(txn, half)
         if outcome is not None:
-            commit = outcome is Outcome.COMMITTED
-            self.end(txn.transaction_id, commit=commit, source=DecisionSource.CHECK_BACK)
-            return None
+            return _Decision(txn, outcome is Outcome.COMMITTED, DecisionSource.CHECK_BACK)
         with self._lock:
             number = self.book.spend_check(txn, now_ms)
             if number == 0:

@@ -34,6 +34,8 @@ it claims on schedule without any live producer, which a dead Spark driver never
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -145,18 +147,38 @@ class SinkLedger:
 
     Args:
         lookup: ``(topic, key, max_count) -> records`` with that key, e.g. ``Store.find_by_key``.
+
+    Found entries are kept (the last SINK_LEDGER_CACHE_KEYS_MAX batches): a batch's ledger
+    record never changes once written, and each of its halves is checked against it, so
+    reading and decoding it once per half cost O(halves x ledger size) per batch. Only a
+    second driver racing the first on one batch (which Spark never runs) could append a second
+    record for a key after the first was cached; its halves are then rolled back, as they
+    would be had check-back come between the two appends.
     """
 
     def __init__(self, lookup: Lookup) -> None:
         self.lookup = lookup
+        self._found: OrderedDict[str, list[LedgerEntry]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def claims(self, half: Record) -> bool:
         return sink_batch(half) is not None
 
     def entries(self, query: str, batch: str) -> list[LedgerEntry]:
         key = ledger_key(query, batch)
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+                return found
         records = self.lookup(LEDGER_TOPIC, key, LEDGER_RECORDS_PER_KEY_MAX)
-        return [LedgerEntry.decode(key, r.body) for r in records if key in r.keys]
+        found = [LedgerEntry.decode(key, r.body) for r in records if key in r.keys]
+        if found:  # "not recorded yet" may change at any moment: never kept
+            with self._lock:
+                self._found[key] = found
+                while len(self._found) > limits.SINK_LEDGER_CACHE_KEYS_MAX:
+                    self._found.popitem(last=False)
+        return found
 
     def resolve(self, half: Record) -> Outcome | None:
         found = sink_batch(half)
