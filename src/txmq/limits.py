@@ -129,3 +129,10 @@ TRANSACTION_HALF_CACHE_BYTES: Final = 16 * MiB
 # decoding it once per half made check-back O(halves x ledger size). A handful of batches are
 # ever being decided at once.
 SINK_LEDGER_CACHE_KEYS_MAX: Final = 16
+# Rows in one page of an admin listing (TxnList, TopicList, GroupList) and the JSON bytes a page
+# may reach: a pending transaction is ~330 bytes, so an unpaged TxnList passed gRPC's 4 MiB
+# default message size at ~12,000 pending. 1 MiB pages stay far below it whatever a row holds.
+ADMIN_PAGE_ROWS_MAX: Final = 1000
+ADMIN_PAGE_BYTES_MAX: Final = 1 * MiB
+# Pages a client follows for one listing: every pending and dead transaction, one row a page.
+ADMIN_PAGES_MAX: Final = TRANSACTIONS_PENDING_MAX + TRANSACTIONS_DEAD_MAX + 1

@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql.types import StringType, StructField, StructType
 
 from tests.integration.conftest import BrokerProcess, wait_until
-from txmq.cli.admin_client import call
+from txmq.cli.admin_client import call_pages
 from txmq.spark.client import BrokerClient, SentHalf, build_message
 from txmq.spark.sink import SentHalves, TxmqBatchWriter
 from txmq.txn.ledger import (
@@ -52,7 +52,7 @@ def _bodies(broker: BrokerClient, topic: str) -> list[str]:
 
 
 def _pending(ep: str, topic: str) -> int:
-    return sum(1 for t in call(ep, "TxnList", {})["transactions"] if t.get("topic") == topic)
+    return sum(1 for t in call_pages(ep, "TxnList", {}, "transactions") if t.get("topic") == topic)
 
 
 def test_check_back_settles_a_dead_drivers_halves_from_the_ledger(

@@ -66,9 +66,9 @@ def _read_topic(spark: Any, ep: str, topic: str) -> list[str]:
 
 
 def _pending(ep: str, topic: str) -> int:
-    from txmq.cli.admin_client import call
+    from txmq.cli.admin_client import call_pages
 
-    rows = call(ep, "TxnList", {})["transactions"]
+    rows = call_pages(ep, "TxnList", {}, "transactions")
     return sum(1 for t in rows if t.get("topic") == topic)
 
 

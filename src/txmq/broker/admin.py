@@ -7,7 +7,8 @@ returns ``{"ok": true, ...}`` or ``{"ok": false, "code": <RocketMQ status code>,
 the client is txmq/cli/admin_client.py.
 
 Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
-GroupList, TxnList, TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
+GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
+broker/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
 MessageFind {key, topic?, max?}.
 
 Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
@@ -26,7 +27,9 @@ from typing import Any
 
 import grpc
 
+from txmq.broker import listing
 from txmq.broker.parts import Parts
+from txmq.broker.topics import TopicInfo
 from txmq.errors import (
     CODE_BAD_REQUEST,
     CODE_INTERNAL_ERROR,
@@ -59,19 +62,20 @@ def record_json(rec: Record) -> dict[str, Any]:
 
 
 def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
-    def topic_list(_: dict[str, Any]) -> Any:
-        out = []
-        for t in parts.topics.list():
+    def topic_list(a: dict[str, Any]) -> Any:
+        def row(t: TopicInfo) -> dict[str, Any]:
             counts = [parts.store.queue_offsets(t.name, q) for q in range(t.queue_count)]
-            out.append(
-                {
-                    "name": t.name,
-                    "queues": t.queue_count,
-                    "type": t.message_type.value,
-                    "messages": sum(hi - lo for lo, hi in counts),
-                }
-            )
-        return {"topics": out}
+            return {
+                "name": t.name,
+                "queues": t.queue_count,
+                "type": t.message_type.value,
+                "messages": sum(hi - lo for lo, hi in counts),
+            }
+
+        after = listing.page_args(a)[0]
+        names = [t for t in parts.topics.list() if t.name > after]
+        found, cursor = listing.named_page((row(t) for t in names), "name", a)
+        return {"topics": found, "next": cursor}
 
     def topic_create(a: dict[str, Any]) -> Any:
         t = parts.topics.create(
@@ -92,13 +96,12 @@ def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]],
         parts.topics.delete(str(a["name"]))
         return {}
 
-    def group_list(_: dict[str, Any]) -> Any:
-        return {"groups": [g.as_json() for g in parts.lag.lags()]}
+    def group_list(a: dict[str, Any]) -> Any:
+        found, cursor = listing.named_page((g.as_json() for g in parts.lag.lags()), "group", a)
+        return {"groups": found, "next": cursor}
 
     def txn_list(a: dict[str, Any]) -> Any:
-        rows = [parts.tx.show(t.transaction_id) for t in parts.tx.pending()]
-        rows += [parts.tx.show(t.transaction_id) for t in parts.tx.dead()]
-        return {"transactions": rows}
+        return listing.txn_page(parts, a)
 
     def txn_show(a: dict[str, Any]) -> Any:
         return parts.tx.show(str(a["id"]))

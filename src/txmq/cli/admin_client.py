@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from txmq import limits
 from txmq.errors import (
     CODE_BAD_REQUEST,
     CODE_INTERNAL_ERROR,
@@ -69,3 +70,25 @@ def call(endpoints: str, method: str, args: dict[str, Any], *, timeout_s: float 
     if 40000 <= code < 40100:
         raise BadRequestError(message)
     raise RemoteError(code, message)
+
+
+def call_pages(
+    endpoints: str, method: str, args: dict[str, Any], rows: str, *, timeout_s: float = 10.0
+) -> list[Any]:
+    """Every row of a paged listing (TxnList, TopicList, GroupList: broker/listing.py),
+    following the ``next`` cursor from page to page. ``rows`` names the list in each reply.
+
+    Raises what ``call`` raises, and RemoteError if the broker's cursors do not advance.
+    """
+    out: list[Any] = []
+    after = ""
+    for _ in range(limits.ADMIN_PAGES_MAX):
+        reply = call(endpoints, method, {**args, "after": after}, timeout_s=timeout_s)
+        out.extend(reply[rows])
+        cursor = reply.get("next")
+        if not cursor:
+            return out
+        if cursor == after:
+            raise RemoteError(CODE_INTERNAL_ERROR, f"{method} repeated its page cursor {after!r}")
+        after = str(cursor)
+    raise RemoteError(CODE_INTERNAL_ERROR, f"{method} had more than {limits.ADMIN_PAGES_MAX} pages")

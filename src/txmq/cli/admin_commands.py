@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli.admin_client import call
+from txmq.cli.admin_client import call, call_pages
 from txmq.errors import NotFoundError
 
 console = Console()
@@ -73,7 +73,7 @@ def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
 @json_option
 def topic_list(endpoints: str, as_json: bool) -> None:
     """List topics with their type, queues and retained messages."""
-    r = call(endpoints, "TopicList", {})
+    r = {"topics": call_pages(endpoints, "TopicList", {}, "topics")}
     rows = [[t["name"], t["type"], t["queues"], t["messages"]] for t in r["topics"]]
     show("topics", ["name", "type", "queues", "messages"], rows, r, as_json)
 
@@ -114,7 +114,7 @@ def group() -> None:
 @json_option
 def group_list(endpoints: str, as_json: bool) -> None:
     """List consumer groups with total lag and messages in flight."""
-    r = call(endpoints, "GroupList", {})
+    r = {"groups": call_pages(endpoints, "GroupList", {}, "groups")}
     rows = [[g["group"], g["lag"], g["inflight"]] for g in r["groups"]]
     show("consumer groups", ["group", "lag", "in flight"], rows, r, as_json)
 
@@ -125,8 +125,7 @@ def group_list(endpoints: str, as_json: bool) -> None:
 @json_option
 def group_describe(name: str, endpoints: str, as_json: bool) -> None:
     """Show a group's position and lag per topic queue."""
-    r = call(endpoints, "GroupList", {})
-    found = [g for g in r["groups"] if g["group"] == name]
+    found = [g for g in call_pages(endpoints, "GroupList", {}, "groups") if g["group"] == name]
     if not found:
         raise NotFoundError(f"consumer group {name!r} has no positions on this broker")
     cols = ["topic", "queue", "acked to", "max", "lag", "in flight"]
@@ -145,7 +144,7 @@ def txn() -> None:
 @json_option
 def txn_list(endpoints: str, as_json: bool) -> None:
     """List undecided transactions and dead ones (rolled back after max checks)."""
-    r = call(endpoints, "TxnList", {})
+    r = {"transactions": call_pages(endpoints, "TxnList", {}, "transactions")}
     keys = ["transaction_id", "topic", "state", "checks", "dead", "message_id"]
     rows = [[t.get(k, "") for k in keys] for t in r["transactions"]]
     show("transactions", ["id", "topic", "state", "checks", "dead", "message id"], rows, r, as_json)

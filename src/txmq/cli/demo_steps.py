@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import txmq
-from txmq.cli.admin_client import call
+from txmq.cli.admin_client import call, call_pages
 from txmq.cli.demo_report import SparkResult
 from txmq.errors import NotFoundError, TxmqError
 
@@ -183,7 +183,8 @@ def topic_messages(endpoints: str, topic: str) -> int:
 
 def undecided(endpoints: str, topic: str) -> tuple[int, int]:
     """(pending, dead) transactions of ``topic`` on the broker."""
-    rows = [t for t in call(endpoints, "TxnList", {})["transactions"] if t.get("topic") == topic]
+    every = call_pages(endpoints, "TxnList", {}, "transactions")
+    rows = [t for t in every if t.get("topic") == topic]
     dead = sum(1 for t in rows if t.get("dead"))
     return len(rows) - dead, dead
 

@@ -53,6 +53,7 @@ restore counts and times. Replay is idempotent, so a decision is never lost nor 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import logging
 import threading
@@ -475,6 +476,18 @@ class Transactions:
         with self._lock:
             txns = [dataclasses.replace(t) for t in self.book.pending.values()]
         return sorted(txns, key=lambda t: (t.prepared_at_ms, t.half_offset))
+
+    def listing(self, *, dead: bool, after_offset: int, count: int) -> list[dict[str, object]]:
+        """Up to ``count`` pending (or dead) transactions whose half record is after
+        ``after_offset``, in log order, as ``show`` describes them: one page of TxnList."""
+        with self._lock:
+            table = self.book.dead if dead else self.book.pending
+            later = (t for t in table.values() if t.half_offset > after_offset)
+            page = heapq.nsmallest(count, later, key=lambda t: t.half_offset)
+            return [
+                describe(t.transaction_id, t, self.book.outcomes.get(t.transaction_id))
+                for t in page
+            ]
 
     def dead(self) -> list[Txn]:
         """Copies of the dead (max-checks rolled back, operator may resolve) transactions."""
