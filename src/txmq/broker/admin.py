@@ -9,7 +9,8 @@ the client is txmq/cli/admin_client.py.
 Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
 broker/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
-MessageFind {key, topic?, max?}.
+MessageFind {key, topic?, max?}; and the dashboard's read-only views (admin_views.py): Status,
+GroupDetail, TxnMessage, TopicMessages.
 
 Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
 calls ``server.add_generic_rpc_handlers``. Every method runs through ``servicer.run`` (the
@@ -20,6 +21,7 @@ operator's transaction resolution, which goes through the coordinator like any d
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from typing import Any
 import grpc
 
 from txmq.broker import listing
+from txmq.broker.admin_views import view_methods
 from txmq.broker.parts import Parts
 from txmq.broker.topics import TopicInfo
 from txmq.errors import (
@@ -57,6 +60,8 @@ def record_json(rec: Record) -> dict[str, Any]:
         "born_timestamp_ms": rec.born_timestamp_ms,
         "store_timestamp_ms": rec.store_timestamp_ms,
         "body": rec.body.decode("utf-8", "replace"),
+        # The exact bytes, for a hex view of a body that is not UTF-8 text.
+        "body_base64": base64.b64encode(rec.body).decode("ascii"),
         "size": rec.size,
     }
 
@@ -143,6 +148,7 @@ def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]],
         "TxnResolve": txn_resolve,
         "MessageShow": message_show,
         "MessageFind": message_find,
+        **view_methods(parts, record_json),
     }
 
 

@@ -3,12 +3,38 @@
 Owns: the metric objects (sends by type, receives, acks, dead letters, check-backs sent,
 transaction outcomes by source, pending/dead/oldest-pending transaction gauges, durable append
 latency). Every part updates them where the event happens; ``app.serve`` exposes the registry
-on ``--metrics-port``. Must not: compute anything or read other parts' state.
+on ``--metrics-port``. ``DiskCollector`` reads the store's disk usage and watermark when scraped
+(``txmq_disk_used_ratio``, ``txmq_disk_watermark_ratio``); consumer lag has its collector in
+lag.py. Must not: compute anything else or read other parts' state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from txmq.store.store import Store
+
+
+class DiskCollector(Collector):
+    """The store's disk usage against its write watermark, read when scraped."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        used = self.store.disk.used_ratio(self.store.data_dir)
+        yield GaugeMetricFamily(
+            "txmq_disk_used_ratio", "Used fraction of the data directory's file system", value=used
+        )
+        yield GaugeMetricFamily(
+            "txmq_disk_watermark_ratio",
+            "Disk usage above which writes are refused",
+            value=self.store.config.disk_watermark,
+        )
 
 
 class Metrics:

@@ -309,6 +309,17 @@ class ConsumerPositions:
                 for k, b in sorted(self.book.books.items())
             ]
 
+    def retrying(self, group: str) -> int:
+        """Messages of ``group`` delivered more than once and not yet settled (leased again or
+        waiting for their redelivery): how much the group's consumers are failing."""
+        with self._lock:
+            return sum(
+                sum(1 for lease in b.leases.values() if lease.attempt > 1)
+                + sum(1 for o, n in b.prior_attempts.items() if n >= 1 and o not in b.leases)
+                for k, b in self.book.books.items()
+                if k.group == group
+            )
+
     def set_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self._lock:
             self.book.reset(QueueKey(group, topic, queue_id), offset)

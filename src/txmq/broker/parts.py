@@ -21,7 +21,7 @@ from txmq.broker.clients import Clients
 from txmq.broker.config import BrokerConfig
 from txmq.broker.delay import DelaySchedule
 from txmq.broker.lag import LagCollector, LagSource
-from txmq.broker.metrics import Metrics
+from txmq.broker.metrics import DiskCollector, Metrics
 from txmq.broker.offsets import ConsumerPositions
 from txmq.broker.produce import SendPath
 from txmq.broker.topics import TopicRegistry
@@ -117,6 +117,7 @@ class Parts:
             self.store.queue_offsets,
         )
         self.metrics.registry.register(LagCollector(self.lag))
+        self.metrics.registry.register(DiskCollector(self.store))
         self.delay = DelaySchedule(self.store, d / "delay.json", self.disk)
         self.sends = SendPath(
             store=self.store,

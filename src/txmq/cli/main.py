@@ -163,9 +163,11 @@ def broker(config_file: Path | None, **flags: Any) -> None:
 def _register() -> None:
     from txmq.cli import commands
     from txmq.cli.demo import demo
+    from txmq.dashboard.command import dashboard
 
     commands.register(cli)
     cli.add_command(demo)
+    cli.add_command(dashboard)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

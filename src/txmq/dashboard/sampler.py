@@ -1,0 +1,55 @@
+"""The dashboard's own pace: every ``DASHBOARD_SAMPLE_PERIOD_MS`` it asks each member for its
+status and metrics and keeps the answer in that member's ring.
+
+Owns: the sampling task and one ``Ring`` per member. A member that does not answer gets a
+"down" sample with the reason, so the overview shows it down instead of an error page.
+Must not: sample faster than its period however many browsers are open (pages read the rings,
+they never trigger a sample), or keep more than ``DASHBOARD_SAMPLES_MAX`` samples per member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from txmq import limits
+from txmq.dashboard.link import Link
+from txmq.dashboard.samples import Ring, Sample, parse_sample
+from txmq.errors import TxmqError
+
+log = logging.getLogger("txmq.dashboard")
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Sampler:
+    def __init__(self, link: Link, *, period_ms: int = limits.DASHBOARD_SAMPLE_PERIOD_MS) -> None:
+        self.link = link
+        self.period_ms = period_ms
+        self.rings = {m: Ring() for m in link.members}
+
+    async def sample(self, member: str) -> Sample:
+        now = wall_ms()
+        try:
+            r = await self.link.call("Status", member=member)
+            return parse_sample(
+                str(r["metrics"]), now, float(r["disk_used_ratio"]), float(r["disk_watermark"])
+            )
+        except TxmqError as exc:
+            return Sample(time_ms=now, up=False, error=str(exc))
+
+    async def sample_all(self) -> None:
+        samples = await asyncio.gather(*(self.sample(m) for m in self.link.members))
+        for member, s in zip(self.link.members, samples, strict=True):
+            self.rings[member].add(s)
+
+    async def run(self) -> None:
+        """Sample forever (until cancelled); the first sample is taken at once."""
+        while True:
+            started = time.monotonic()
+            await self.sample_all()
+            elapsed_s = time.monotonic() - started
+            await asyncio.sleep(max(0.0, self.period_ms / 1000.0 - elapsed_s))
