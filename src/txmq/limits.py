@@ -142,6 +142,10 @@ ADMIN_PAGES_MAX: Final = TRANSACTIONS_PENDING_MAX + TRANSACTIONS_DEAD_MAX + 1
 # DASHBOARD_SAMPLE_PERIOD_MS, 180 samples are the last 6 minutes the overview charts show.
 DASHBOARD_SAMPLES_MAX: Final = 180
 DASHBOARD_SAMPLE_PERIOD_MS: Final = 2_000
+# --sample-ms range: faster than 200 ms is load on the broker for nothing a person can see;
+# slower than a minute leaves the ring's charts hours long and mostly stale.
+DASHBOARD_SAMPLE_PERIOD_MS_MIN: Final = 200
+DASHBOARD_SAMPLE_PERIOD_MS_MAX: Final = 60_000
 # One admin call from the dashboard; a broker slower than this shows as down on that sample.
 DASHBOARD_CALL_TIMEOUT_MS: Final = 5_000
 # Messages one admin view returns (a DLQ's newest messages, a topic's newest): a page, not a dump.
@@ -149,6 +153,9 @@ ADMIN_VIEW_MESSAGES_MAX: Final = 100
 # Bytes of a body the dashboard renders (text, JSON or hex); the rest is cut with a note.
 DASHBOARD_BODY_BYTES_MAX: Final = 64 * KiB
 assert DASHBOARD_CALL_TIMEOUT_MS > DASHBOARD_SAMPLE_PERIOD_MS
+assert (
+    DASHBOARD_SAMPLE_PERIOD_MS_MIN <= DASHBOARD_SAMPLE_PERIOD_MS <= DASHBOARD_SAMPLE_PERIOD_MS_MAX
+)
 # Browser sessions holding admin credentials in a dashboard process; the oldest is forgotten
 # (signed out) beyond this, so a script logging in repeatedly cannot grow its memory.
 DASHBOARD_SESSIONS_MAX: Final = 1_000

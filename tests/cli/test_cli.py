@@ -32,7 +32,16 @@ def ok(*args: str) -> str:
 
 
 def test_help_everywhere() -> None:
-    for cmd in ([], ["topic"], ["txn"], ["send"], ["broker"], ["demo"], ["store", "verify"]):
+    for cmd in (
+        [],
+        ["topic"],
+        ["txn"],
+        ["send"],
+        ["broker"],
+        ["demo"],
+        ["store", "verify"],
+        ["dashboard"],
+    ):
         assert "Usage" in ok(*cmd, "--help")
 
 

@@ -32,10 +32,17 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}" if v == int(v) else f"{v:.1f}"
 
 
-def line_chart(title: str, series: list[Series], *, now_ms: int, span_ms: int) -> Markup:
+def _ago(span_ms: int) -> str:
+    return f"{span_ms // 60_000} min" if span_ms >= 120_000 else f"{span_ms // 1000} s"
+
+
+def line_chart(
+    title: str, series: list[Series], *, now_ms: int, span_ms: int, css_class: str = ""
+) -> Markup:
     """An SVG chart of ``series`` over the ``span_ms`` before ``now_ms`` (y from 0 to the max)."""
     invariant(span_ms > 0, "a chart spans a positive time")
     invariant(all(c.color.replace("#", "").isalnum() for c in series), "colours are constants")
+    invariant(css_class.replace("-", "").isalnum() or not css_class, "classes are constants")
     top = max([v for s in series for _, v in s.points] + [1.0])
     plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
     start = now_ms - span_ms
@@ -46,14 +53,15 @@ def line_chart(title: str, series: list[Series], *, now_ms: int, span_ms: int) -
         return f"{x:.1f},{y:.1f}"
 
     parts = [
-        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} '
-        f'{HEIGHT}" width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
+        f'<svg class="chart {css_class}" role="img" aria-label="{escape(title)}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        'xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
         f'<rect x="{PAD_LEFT}" y="{PAD_TOP}" width="{plot_w}" height="{plot_h}" '
         'fill="#fafafa" stroke="#ccc"/>',
         f'<text x="{PAD_LEFT - 4}" y="{PAD_TOP + 10}" text-anchor="end">{_fmt(top)}</text>',
         f'<text x="{PAD_LEFT - 4}" y="{PAD_TOP + plot_h}" text-anchor="end">0</text>',
-        f'<text x="{PAD_LEFT}" y="{HEIGHT - 6}">-{span_ms // 60_000} min</text>',
+        f'<text x="{PAD_LEFT}" y="{HEIGHT - 6}">-{_ago(span_ms)}</text>',
         f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 6}" text-anchor="end">now</text>',
     ]
     for i, s in enumerate(series):

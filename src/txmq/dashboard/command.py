@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from txmq import limits
 from txmq.dashboard.link import parse_members
 
 
@@ -25,17 +26,28 @@ from txmq.dashboard.link import parse_members
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-def dashboard(endpoints: str, host: str, port: int) -> None:
+@click.option(
+    "--sample-ms",
+    default=limits.DASHBOARD_SAMPLE_PERIOD_MS,
+    show_default=True,
+    type=click.IntRange(
+        limits.DASHBOARD_SAMPLE_PERIOD_MS_MIN, limits.DASHBOARD_SAMPLE_PERIOD_MS_MAX
+    ),
+    help="How often to sample each broker's metrics for the charts.",
+)
+def dashboard(endpoints: str, host: str, port: int, sample_ms: int) -> None:
     """Serve a web dashboard: overview charts, topics, consumer groups, transactions and
     message lookup, over the broker's admin channel. Ctrl-C stops it."""
     try:
         members = parse_members(endpoints)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--endpoints") from exc
-    serve(members, host=host, port=port)
+    serve(members, host=host, port=port, sample_ms=sample_ms)
 
 
-def serve(members: list[str], *, host: str, port: int) -> None:
+def serve(
+    members: list[str], *, host: str, port: int, sample_ms: int = limits.DASHBOARD_SAMPLE_PERIOD_MS
+) -> None:
     """Bind, print ``txmq dashboard on http://HOST:PORT/`` (the real port when 0 was asked,
     flushed, for scripts and tests), then serve until Ctrl-C or SIGTERM."""
     import uvicorn
@@ -46,7 +58,7 @@ def serve(members: list[str], *, host: str, port: int) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(members), log_level="warning")
+    config = uvicorn.Config(build_app(members, sample_period_ms=sample_ms), log_level="warning")
     click.echo(f"txmq dashboard on http://{host}:{bound}/ watching {', '.join(members)}")
     sys.stdout.flush()
     uvicorn.Server(config).run(sockets=[sock])

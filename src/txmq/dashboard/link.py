@@ -49,9 +49,7 @@ def call_blocking(
         reply = admin_client.call(endpoint, method, args, timeout_s=timeout_s)
     elif _admin_takes_credentials():
         signed_call: Any = admin_client.call  # typed once the admin client takes credentials
-        reply = signed_call(
-            endpoint, method, args, timeout_s=timeout_s, credentials=credentials
-        )
+        reply = signed_call(endpoint, method, args, timeout_s=timeout_s, credentials=credentials)
     else:
         raise CredentialsUnsupportedError(
             "this txmq's admin client cannot send credentials yet; sign out to browse read-only"
@@ -89,9 +87,11 @@ class Link:
             BrokerUnavailableError: no member answers (the last member's error).
             TxmqError: the broker refused the request.
         """
-        order = [member] if member else [self.preferred] + [
-            m for m in self.members if m != self.preferred
-        ]
+        order = (
+            [member]
+            if member
+            else [self.preferred] + [m for m in self.members if m != self.preferred]
+        )
         last: BrokerUnavailableError | None = None
         for m in order:
             try:

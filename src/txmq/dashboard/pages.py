@@ -20,6 +20,7 @@ from txmq.dashboard.samples import rates
 from txmq.dashboard.ui import Ui
 
 BODY_VIEWS = ("text", "json", "hex")
+CHART_SPAN_MS_MIN = 20_000
 
 
 def render_body(body_base64: str, view: str) -> tuple[str, str]:
@@ -48,7 +49,11 @@ def render_body(body_base64: str, view: str) -> tuple[str, str]:
 def member_view(ui: Ui, member: str, now_ms: int) -> dict[str, Any]:
     samples = ui.sampler.rings[member].samples
     latest = samples[-1] if samples else None
-    span = limits.DASHBOARD_SAMPLES_MAX * limits.DASHBOARD_SAMPLE_PERIOD_MS
+    # From the first sample kept to now (at least 20 s, at most the whole ring): a dashboard
+    # started a moment ago fills its charts instead of drawing a sliver at the right edge.
+    ring_ms = limits.DASHBOARD_SAMPLES_MAX * ui.sampler.period_ms
+    first = samples[0].time_ms if samples else now_ms
+    span = min(ring_ms, max(CHART_SPAN_MS_MIN, now_ms - first))
     rs = rates(samples)
     traffic = line_chart(
         f"{member}: messages per second",
@@ -58,6 +63,7 @@ def member_view(ui: Ui, member: str, now_ms: int) -> dict[str, Any]:
         ],
         now_ms=now_ms,
         span_ms=span,
+        css_class="traffic",
     )
     up = [s for s in samples if s.up]
     pending = line_chart(
@@ -68,6 +74,7 @@ def member_view(ui: Ui, member: str, now_ms: int) -> dict[str, Any]:
         ],
         now_ms=now_ms,
         span_ms=span,
+        css_class="pending",
     )
     return {
         "endpoint": member,

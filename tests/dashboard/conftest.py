@@ -1,0 +1,177 @@
+"""Fixtures for the dashboard tests: a live broker with traffic, the dashboard process, and a
+headless Chromium from Debian's packages driven by Playwright for Python.
+
+The browser: Debian's ``chromium`` at /usr/bin/chromium (installed here with apt-get when it is
+missing and we are root), never a browser build downloaded by ``playwright install``. Without
+Playwright or a Chromium the browser tests are skipped with the reason.
+Screenshots go to ``$TXMQ_TEST_ARTIFACTS/dashboard`` (default ``build/test-artifacts/dashboard``).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import FAST, ROOT, BrokerProcess
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+APT_TIMEOUT_S = 600
+START_TIMEOUT_S = 30.0
+
+
+def artifacts_dir() -> Path:
+    base = os.environ.get("TXMQ_TEST_ARTIFACTS") or str(ROOT / "build" / "test-artifacts")
+    path = Path(base) / "dashboard"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def chromium_problem() -> str | None:
+    """Why no browser can be had here, or None once /usr/bin/chromium exists."""
+    if CHROMIUM.exists():
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return "no /usr/bin/chromium, and not root with apt-get to install Debian's chromium"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
+        if r.returncode != 0:
+            return f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
+    return None if CHROMIUM.exists() else "apt-get installed chromium but not /usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install -e '.[dev]')")
+    problem = chromium_problem()
+    if problem:
+        pytest.skip(f"no headless browser: {problem}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@dataclass
+class Dashboard:
+    proc: subprocess.Popen[str]
+    url: str
+
+
+def start_dashboard(endpoints: str, log: Path) -> Dashboard:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "txmq.cli", "dashboard", "--endpoints", endpoints, "--port", "0"]
+    cmd += ["--sample-ms", "500"]  # charts fill in seconds instead of minutes
+    with log.open("a") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        ready = sel.select(timeout=START_TIMEOUT_S)
+        line = proc.stdout.readline() if ready else ""
+    finally:
+        sel.close()
+    if "txmq dashboard on" not in line:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"dashboard did not start: {line!r}\n{log.read_text()[-2000:]}")
+    return Dashboard(proc, line.split(" on ", 1)[1].split()[0].rstrip("/"))
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[tuple[BrokerProcess, Dashboard]]:
+    """A broker whose transactions die after 2 unanswered checks, and a dashboard on it."""
+    b = BrokerProcess(tmp_path / "broker", [*FAST, "--transaction-check-max", "2"])
+    b.start()
+    try:
+        d = start_dashboard(b.endpoints, tmp_path / "dashboard.log")
+        try:
+            yield b, d
+        finally:
+            stop(d.proc)
+    finally:
+        b.stop()
+
+
+class Traffic:
+    """A producer thread sending plain messages until stopped (bounded by ``count``), and a
+    consumer thread (group ``watchers``) receiving them, so both rate lines move."""
+
+    def __init__(self, endpoints: str, topic: str, count: int) -> None:
+        self.endpoints, self.topic, self.count = endpoints, topic, count
+        self.sent = 0
+        self.received = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.reader = threading.Thread(target=self.read, daemon=True)
+
+    def read(self) -> None:
+        from tests.integration import clients
+
+        c = clients.consumer(self.endpoints, "watchers", self.topic)
+        try:
+            for _ in range(self.count):  # bounded: at most one receive per message sent
+                if self.stopping.is_set():
+                    break
+                self.received += len(clients.drain(c, 1, 2))
+        finally:
+            c.shutdown()
+
+    def run(self) -> None:
+        from tests.integration import clients
+
+        p = clients.producer(self.endpoints, (self.topic,))
+        try:
+            for i in range(self.count):
+                if self.stopping.wait(0.05):  # ~20 messages per second, so the chart moves
+                    break
+                p.send(clients.message(self.topic, f'{{"n": {i}}}'.encode(), keys=f"t{i}"))
+                self.sent += 1
+        finally:
+            p.shutdown()
+
+    def __enter__(self) -> Traffic:
+        self.thread.start()
+        self.reader.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=30)
+        self.reader.join(timeout=30)
