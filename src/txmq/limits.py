@@ -159,3 +159,7 @@ assert (
 # Browser sessions holding admin credentials in a dashboard process; the oldest is forgotten
 # (signed out) beyond this, so a script logging in repeatedly cannot grow its memory.
 DASHBOARD_SESSIONS_MAX: Final = 1_000
+# Rows of a paged listing (topics, groups, transactions) on one dashboard page; "next page"
+# follows the broker's cursor.
+DASHBOARD_PAGE_ROWS_MAX: Final = 200
+assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX

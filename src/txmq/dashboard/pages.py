@@ -97,13 +97,22 @@ async def overview(ui: Ui, request: Request) -> Response:
     return ui.render(request, "overview.html", page="overview", views=members, failed=False)
 
 
+async def listing(ui: Ui, request: Request, method: str, rows: str) -> dict[str, Any]:
+    """One page of a paged admin listing (broker/listing.py): the page the browser asked for
+    with ``?after=``, and the cursor of the next page for a "next page" link (None at the end)."""
+    after = request.query_params.get("after", "")
+    args = {"after": after, "limit": limits.DASHBOARD_PAGE_ROWS_MAX}
+    reply = await ui.call(request, method, args)
+    return {rows: reply[rows], "next": reply.get("next"), "after": after}
+
+
 async def topics(ui: Ui, request: Request) -> Response:
     async def load() -> dict[str, Any]:
-        listed = (await ui.call(request, "TopicList"))["topics"]
-        rate = topic_rates(ui, listed)
-        for t in listed:
+        found = await listing(ui, request, "TopicList", "topics")
+        rate = topic_rates(ui, found["topics"])
+        for t in found["topics"]:
             t["rate"] = rate.get(t["name"])
-        return {"topics": listed, "types": ["normal", "fifo", "delay", "transaction"]}
+        return {**found, "types": ["normal", "fifo", "delay", "transaction"]}
 
     return await ui.page(request, "topics.html", load)
 
@@ -111,19 +120,20 @@ async def topics(ui: Ui, request: Request) -> Response:
 def topic_rates(ui: Ui, listed: list[dict[str, Any]]) -> dict[str, float]:
     """Messages per second per topic, from the message counts of this and the last listing."""
     now = time.monotonic()
-    last = ui.topic_counts
     out = {}
     for t in listed:
-        before = last.get(t["name"])
+        before = ui.topic_counts.get(t["name"])
         if before is not None and now > before[0]:
             out[t["name"]] = max(0.0, (t["messages"] - before[1]) / (now - before[0]))
-    ui.topic_counts = {t["name"]: (now, t["messages"]) for t in listed}
+        ui.topic_counts[t["name"]] = (now, t["messages"])
+    while len(ui.topic_counts) > limits.DASHBOARD_PAGE_ROWS_MAX * 10:
+        ui.topic_counts.pop(next(iter(ui.topic_counts)))
     return out
 
 
 async def groups(ui: Ui, request: Request) -> Response:
     async def load() -> dict[str, Any]:
-        return {"groups": (await ui.call(request, "GroupList"))["groups"]}
+        return await listing(ui, request, "GroupList", "groups")
 
     return await ui.page(request, "groups.html", load, page="consumer groups")
 
@@ -140,11 +150,13 @@ async def group(ui: Ui, request: Request) -> Response:
 
 async def transactions(ui: Ui, request: Request) -> Response:
     async def load() -> dict[str, Any]:
-        rows = (await ui.call(request, "TxnList"))["transactions"]
+        found = await listing(ui, request, "TxnList", "transactions")
+        rows = found["transactions"]
         now = time.time_ns() // 1_000_000
         for r in rows:
             r["age_s"] = max(0, now - int(r.get("prepared_at_ms", now))) / 1000.0
         return {
+            **found,
             "pending": [r for r in rows if not r.get("dead")],
             "dead": [r for r in rows if r.get("dead")],
         }
