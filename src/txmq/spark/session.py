@@ -2,8 +2,8 @@
 
 Owns: finding Java 17+ (Spark 4 needs it) and failing with one actionable message when it is
 missing, and the small local session the examples, tests and benchmark use. Must not: be needed
-on a cluster or Spark Connect, where the ``pyspark.datasource`` entry point (or an explicit
-``spark.dataSource.register(TxmqDataSource)``) is enough.
+for ``format("txmq")``: any session finds the source through the top-level ``pyspark_txmq``
+module (registering explicitly here also serves PySpark builds without that discovery).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``txmq`` PySpark data source (Python Data Source API, pyspark >= 4.2).
 
-Owns: ``TxmqDataSource`` (short name "txmq"; registered through the ``pyspark.datasource``
-entry point or ``spark.dataSource.register(TxmqDataSource)``), the batch reader and the
+Owns: ``TxmqDataSource`` (short name "txmq"; found by PySpark through the top-level
+``pyspark_txmq`` module, or ``spark.dataSource.register(TxmqDataSource)``), the batch reader and the
 streaming reader. The sink lives in txmq.spark.sink.
 
 Reads return only committed messages: they pull a topic's consume queues by queue offset with
