@@ -90,7 +90,13 @@ def test_resolve_a_dead_transaction_lookup_and_topics(live: Any, browser: Any) -
         producer.send(
             clients.message("orders", b'{"order": 42, "sku": "A-1"}', keys="order-42"), tx
         )
+        # A second one stays pending: its producer leaves, so no check-back is ever sent.
+        call(ep, "TopicCreate", {"name": "payments", "queues": 1, "type": "transaction"})
+        gone = clients.producer(ep, ("payments",), never)
+        gone.send(clients.message("payments", b"pay 7", keys="pay-7"), gone.begin_transaction())
+        gone.shutdown()
         reload_until(page, dash.url + "/transactions", "#dead tr[data-txn]", "a dead transaction")
+        assert "payments" in page.inner_text("#pending")
         shot(page, "transactions")
         page.locator("#dead tr[data-txn] button.ok").first.click()
         assert '"order": 42' in page.inner_text("pre.body")  # the confirmation shows the message
