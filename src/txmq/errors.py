@@ -12,6 +12,8 @@ can help (``retriable``), the way aiokafka's error classes do.
 
 from __future__ import annotations
 
+import errno
+
 # RocketMQ v2 status codes (apache/rocketmq-apis definition.proto, enum Code). Only the ones we
 # use are named; the protocol layer maps any TxmqError to its ``code``.
 CODE_OK = 20000
@@ -264,16 +266,35 @@ class StoreFencedError(StoreError):
 
 
 class DiskFullError(StoreError):
-    """Disk usage is above the watermark; writes are refused until space is freed."""
+    """The store has no room to write: the disk is full (ENOSPC) or usage would pass the
+    write watermark. Nothing was written; reads keep working; retry once space is freed.
 
+    Why MASTER_PERSISTENCE_TIMEOUT: it is RocketMQ's status for "the broker could not persist
+    this message", which clients treat as a failed, retriable send; INTERNAL_SERVER_ERROR would
+    hide that the cause is an operating condition an operator can fix.
+    """
+
+    code = CODE_MASTER_PERSISTENCE_TIMEOUT
     retriable = True
 
-    def __init__(self, used_ratio: float, watermark: float) -> None:
-        super().__init__(
-            f"disk usage {used_ratio:.1%} is above the write watermark {watermark:.0%}"
-        )
+    def __init__(self, reason: str, *, used_ratio: float = 1.0, watermark: float = 1.0) -> None:
+        super().__init__(f"disk full, writes refused: {reason}")
+        self.reason = reason
         self.used_ratio = used_ratio
         self.watermark = watermark
+
+    @classmethod
+    def above_watermark(cls, used_ratio: float, watermark: float) -> DiskFullError:
+        return cls(
+            f"disk usage {used_ratio:.1%} would pass the write watermark {watermark:.0%}",
+            used_ratio=used_ratio,
+            watermark=watermark,
+        )
+
+
+def is_disk_full(exc: OSError) -> bool:
+    """ENOSPC or EDQUOT: the write did not fit, a condition freeing space clears."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class StoreClosedError(StoreError):

@@ -39,6 +39,19 @@ SEGMENT_SIZE_DEFAULT: Final = 1 * GiB
 # Tests use small segments; below 64 KiB a default-sized record could not fit with its header.
 SEGMENT_SIZE_MIN: Final = 64 * KiB
 SEGMENT_SIZE_MAX: Final = 4 * GiB
+# Space is reserved on disk (fallocate) this far ahead of the log's write position, so no log
+# write can meet a full disk half-way (ADR 0003): one reservation per 16 MiB written, and a new
+# store on a small test disk does not claim a whole 1 GiB segment at once.
+SEGMENT_RESERVE_AHEAD_BYTES: Final = 16 * MiB
+# Space the store keeps reserved for derived data, the checkpoint and the broker's state files,
+# given back when the disk fills (store/ballast.py): enough for a clean stop and a restart.
+STORE_RESERVE_BYTES: Final = 8 * MiB
+# Damaged commit-log records remembered for the store's health report (the count goes on).
+DAMAGED_RECORDS_REPORTED_MAX: Final = 1000
+# The background scrub verifies at most this many log bytes per step (one step per second):
+# ~16 MiB of CRC and header checks cost tens of milliseconds, and a 1 GiB log is covered in
+# about a minute.
+SCRUB_BYTES_PER_STEP: Final = 16 * MiB
 # Fixed per-record header bytes are counted in store/record.py; this bounds one encoded record.
 RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
 # ASYNC flush mode: how long an acknowledged write may stay only in the page cache.

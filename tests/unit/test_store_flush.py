@@ -41,7 +41,7 @@ class _GatedFile:
     def __init__(self, inner: FileHandle, disk: GatedDisk) -> None:
         self._inner, self._disk = inner, disk
         self.pwrite, self.pread, self.truncate = inner.pwrite, inner.pread, inner.truncate
-        self.size, self.close = inner.size, inner.close
+        self.size, self.close, self.allocate = inner.size, inner.close, inner.allocate
 
     def sync(self) -> None:
         if self._disk.gated:

@@ -94,7 +94,7 @@ def test_misdirected_read_and_truncation_are_detected() -> None:
 
 def test_blank_is_not_a_record() -> None:
     b = codec.blank(100)
-    assert codec.peek(b) == (100, codec.BLANK_MAGIC) and len(b) == 100
+    assert codec.peek(b) == (100, codec.BLANK_MAGIC) and len(b) == codec.HEAD_SIZE
     with pytest.raises(CorruptRecordError, match="magic"):
         codec.decode(b, 0)
 

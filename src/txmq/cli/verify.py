@@ -1,6 +1,7 @@
 """``txmq store verify``: an offline, read-only check of a broker data directory.
 
-Scans the whole commit log verifying every CRC (reporting, never fixing, a bad record), then
+Scans the whole commit log verifying every CRC (reporting, never fixing, each bad record and
+carrying on past it, and any record inside the span an end-of-segment blank claims), then
 checks that every consume-queue entry points at a record of that queue with that offset and
 that every message id in the log is found by the index.
 """
@@ -13,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from txmq.errors import BadRequestError, CorruptRecordError
+from txmq.store import record as codec
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.disk import OsDisk
+from txmq.store.health import Health
 from txmq.store.index import MessageIndex, id_hash
+from txmq.store.repair import Cursor, walk
 
 
 def verify(data_dir: Path) -> dict[str, Any]:
@@ -34,14 +38,14 @@ def verify(data_dir: Path) -> dict[str, Any]:
     problems: list[str] = []
     records = 0
     ids: dict[str, int] = {}
-    for rec, end in log.scan_for_recovery(log.start_offset):
-        if rec is None:
-            if end.bad_reason:
-                problems.append(f"bad record at offset {end.offset}: {end.bad_reason}")
-            break
+    # Every damaged record is reported, not only the first: the walk resyncs past each one.
+    health = Health(log_damage=False)
+    for e in walk(log, Cursor(log.start_offset), log.end_offset, health, budget=1 << 62):
         records += 1
-        if rec.message_id:
-            ids.setdefault(rec.message_id, rec.physical_offset)
+        if e.message_id:
+            ids.setdefault(e.message_id, e.physical_offset)
+    for offset, reason in health.damaged.items():
+        problems.append(f"bad record at offset {offset}: {reason}")
     entries = 0
     root = store_dir / "consumequeue"
     for topic in disk.list(root):
@@ -54,6 +58,8 @@ def verify(data_dir: Path) -> dict[str, Any]:
             cq.per_file = _entries_per_file(cq)
             for n, (phys, size, _h) in enumerate(cq.entries(cq.min_offset, cq.max_offset)):
                 entries += 1
+                if phys in health.damaged:
+                    continue  # reported above
                 try:
                     rec = log.read(phys)
                 except CorruptRecordError as exc:
@@ -88,8 +94,27 @@ def _segment_size(store_dir: Path) -> int:
     names = sorted(p.name for p in (store_dir / "commitlog").iterdir() if p.name.isdigit())
     if len(names) >= 2:
         return int(names[1]) - int(names[0])
-    size = (store_dir / "commitlog" / names[0]).stat().st_size if names else 0
-    return max(StoreConfig().segment_size_bytes, size)
+    path = store_dir / "commitlog" / names[0]
+    return _size_from_blank(path) or max(StoreConfig().segment_size_bytes, path.stat().st_size)
+
+
+def _size_from_blank(path: Path) -> int | None:
+    """One segment: its size is where its end-of-segment blank says it ends, if it has one.
+    Walks record headers only (offline, so a pread per record is affordable)."""
+    with path.open("rb") as f:
+        pos, end = 0, path.stat().st_size
+        for _ in range(end // codec.RECORD_SIZE_MIN + 1):
+            f.seek(pos)
+            head = f.read(codec.HEAD_SIZE)
+            if len(head) < codec.HEAD_SIZE:
+                return None
+            size, magic = codec.peek(head)
+            if magic == codec.BLANK_MAGIC:
+                return pos + size
+            if magic != codec.RECORD_MAGIC or size < codec.RECORD_SIZE_MIN:
+                return None
+            pos += size
+    return None
 
 
 def _entries_per_file(cq: ConsumeQueue) -> int:

@@ -9,20 +9,38 @@ writer lock) or decide what a bad record means (recovery.py does).
 Theory of operation: ``reserve(size)`` returns where the next ``size`` bytes go, rolling to a
 new segment when they would not fit; before rolling, the full segment is fdatasync'ed, so the
 group-commit flusher only ever has to sync the active segment. ``write`` puts the bytes there
-with one pwrite. Readers look segments up under ``_segments_lock`` (retention may remove the
-oldest concurrently); a removed segment's handle stays valid for a reader that already holds it.
+with one pwrite.
+
+Full disk (ADR 0003): every byte the log writes, and the 12-byte blank header that may follow
+it, lies in space reserved beforehand (``FileHandle.allocate``, fallocate KEEP_SIZE, up to
+SEGMENT_RESERVE_AHEAD_BYTES ahead). A reservation that fails raises DiskFullError before
+anything changes. A roll reserves the new segment first, then writes the old segment's blank
+header (inside its reservation), then syncs it: a full disk refuses the roll and leaves both
+files as they were. Where a file system cannot reserve, a write that ENOSPC cuts short is
+truncated away before DiskFullError is raised. A blank is only its header: the span it claims
+is never written, and nothing is ever written after it (recovery seals a segment whose blank it
+finds, and a valid record inside a blank's span is reported as corruption).
+
+Readers look segments up under ``_segments_lock`` (retention may remove the oldest
+concurrently); a removed segment's handle stays valid for a reader that already holds it.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from txmq import limits
-from txmq.errors import CorruptRecordError, OffsetNotFoundError, invariant
+from txmq.errors import (
+    CorruptRecordError,
+    DiskFullError,
+    OffsetNotFoundError,
+    invariant,
+    is_disk_full,
+)
 from txmq.model import Record
 from txmq.store import record as codec
 from txmq.store.disk import Disk
@@ -41,11 +59,32 @@ class ScanEnd:
     bad_reason: str = ""
 
 
+def blank_span_reason(blank_at: int, inside: int) -> str:
+    return (
+        f"the end-of-segment blank at {blank_at} claims the rest of its segment, but a valid"
+        f" record lies inside that span at {inside} (a scan would skip it as padding)"
+    )
+
+
+def _no_check(nbytes: int) -> None:
+    return None
+
+
 class CommitLog:
-    def __init__(self, directory: Path, disk: Disk, segment_size: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        disk: Disk,
+        segment_size: int,
+        *,
+        before_growth: Callable[[int], None] = _no_check,
+    ) -> None:
         self.directory = directory
         self.disk = disk
         self.segment_size = segment_size
+        # Called with the bytes a reservation is about to add to the disk; raises DiskFullError
+        # to refuse (the store's write watermark).
+        self.before_growth = before_growth
         self.segments: list[Segment] = []
         self._starts: list[int] = []
         self._segments_lock = threading.Lock()
@@ -82,11 +121,68 @@ class CommitLog:
             self._starts.append(start)
         return seg
 
-    def reserve(self, size: int) -> int:
-        """Return the physical offset for ``size`` contiguous bytes, rolling if needed.
+    def _new_segment(self, start: int, first_write: int) -> Segment:
+        """Create the next segment with room for ``first_write`` bytes reserved; not yet part
+        of the log. On any failure the file is removed again.
 
         Raises:
-            OSError: writing the blank filler or syncing the full segment failed; the caller
+            DiskFullError: the reservation does not fit (nothing is left behind).
+        """
+        seg = Segment(start, self.disk.open(self.directory / segment_name(start)), 0)
+        try:
+            self._reserve_room(seg, first_write)
+        except BaseException:
+            seg.handle.close()
+            self.disk.remove(self.directory / segment_name(start))
+            raise
+        return seg
+
+    def _reserve_room(self, seg: Segment, end: int) -> None:
+        """Make sure ``seg``'s bytes below ``end`` are reserved on disk before they are
+        written (ADR 0003).
+
+        Raises:
+            DiskFullError: no room (or above the watermark); nothing changed.
+            OSError: the reservation failed otherwise.
+        """
+        if end <= seg.reserved:
+            return
+        target = min(self.segment_size, max(end, seg.used + limits.SEGMENT_RESERVE_AHEAD_BYTES))
+        self.before_growth(target - seg.reserved)
+        try:
+            supported = seg.handle.allocate(seg.reserved, target - seg.reserved)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise DiskFullError(f"cannot reserve log space: {exc}") from exc
+            raise
+        # Without fallocate nothing is reserved: ``_put`` then undoes a write cut short.
+        seg.reserved = target if supported else 0
+
+    def _put(self, seg: Segment, data: bytes) -> None:
+        """pwrite ``data`` at ``seg.used``. A write the disk cut short is truncated away, so a
+        failed write leaves the file exactly as it was.
+
+        Raises:
+            DiskFullError: ENOSPC; nothing was written.
+            OSError: any other failure (the caller fences).
+        """
+        try:
+            seg.handle.pwrite(data, seg.used)
+        except OSError as exc:
+            seg.handle.truncate(seg.used)  # if this fails too, the OSError fences the store
+            seg.reserved = 0  # truncating drops blocks reserved past the size (Linux)
+            if is_disk_full(exc):
+                raise DiskFullError(f"log write did not fit: {exc}") from exc
+            raise
+
+    def reserve(self, size: int) -> int:
+        """Return the physical offset for ``size`` contiguous bytes, rolling if needed, with
+        those bytes and a blank header after them reserved on disk.
+
+        Raises:
+            DiskFullError: the disk has no room for them (or they would pass the watermark);
+                nothing changed, the store stays writable.
+            OSError: writing the blank header or syncing the full segment failed; the caller
                 must fence the store (the full segment's durability is unknown).
         """
         invariant(size <= self.segment_size - codec.HEAD_SIZE, "write larger than a segment")
@@ -94,19 +190,46 @@ class CommitLog:
         room = self.segment_size - seg.used
         # Keep room for a blank header after every record so a reader always finds the end.
         if size + codec.HEAD_SIZE > room:
-            if room >= codec.HEAD_SIZE:
-                seg.handle.pwrite(codec.blank(room), seg.used)
+            nxt = self._new_segment(seg.start + self.segment_size, size + codec.HEAD_SIZE)
+            try:
+                if room >= codec.HEAD_SIZE:
+                    self._put(seg, codec.blank(room))
+                seg.handle.sync()
+            except BaseException:
+                nxt.handle.close()
+                self.disk.remove(self.directory / segment_name(nxt.start))
+                raise
             seg.used = self.segment_size
-            seg.handle.sync()
-            seg = self._add_segment(seg.start + self.segment_size)
+            with self._segments_lock:
+                self.segments.append(nxt)
+                self._starts.append(nxt.start)
+            seg = nxt
+        self._reserve_room(seg, seg.used + size + codec.HEAD_SIZE)
         return seg.start + seg.used
 
     def write(self, offset: int, data: bytes) -> None:
+        """Write at ``offset`` (from ``reserve``).
+
+        Raises:
+            DiskFullError: the disk was full after all (no reservation possible); nothing was
+                written.
+            OSError: the write failed otherwise (the caller fences).
+        """
         seg = self.segments[-1]
         invariant(offset == seg.start + seg.used, "writes must be contiguous")
         invariant(seg.used + len(data) + codec.HEAD_SIZE <= self.segment_size, "past segment end")
-        seg.handle.pwrite(data, seg.used)
+        self._put(seg, data)
         seg.used += len(data)
+
+    def seal(self, seg: Segment) -> None:
+        """Recovery found ``seg``'s blank: it is full, the next write rolls."""
+        seg.used = self.segment_size
+
+    def record_in_blank(self, seg: Segment, blank_pos: int) -> int | None:
+        """Offset of a valid record inside the span the blank at ``blank_pos`` (relative to
+        ``seg``) claims, or None. Such a record was written after the blank (the shape a roll
+        cut short by a full disk left before ADR 0003): a scan would skip it as padding."""
+        return self._verifiable_in(seg, blank_pos + codec.HEAD_SIZE)
 
     def sync(self) -> None:
         """fdatasync the active segment (full ones were synced when they were rolled)."""
@@ -135,6 +258,16 @@ class CommitLog:
         if magic != codec.RECORD_MAGIC or not codec.RECORD_SIZE_MIN <= size <= seg.used - pos:
             raise CorruptRecordError(offset, f"no record here (magic {magic:#x}, size {size})")
         return codec.decode(seg.handle.pread(size, pos), offset)
+
+    def read_raw(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` unverified bytes at ``offset`` (to tell a damaged record from a wrong
+        pointer to it).
+
+        Raises:
+            OffsetNotFoundError: the offset is outside the log.
+        """
+        seg = self._segment_for(offset)
+        return seg.handle.pread(min(size, seg.used - (offset - seg.start)), offset - seg.start)
 
     def read_bytes_many(self, spans: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         """The verified bytes of each ``(offset, size)`` record (a consume-queue entry knows
@@ -229,6 +362,11 @@ class CommitLog:
                 elif item.kind == "bad":
                     yield None, ScanEnd(item.offset, item.reason)
                     return
+                elif item.kind == "blank":
+                    inside = self.record_in_blank(seg, item.offset - seg.start)
+                    if inside is not None:
+                        yield None, ScanEnd(item.offset, blank_span_reason(item.offset, inside))
+                        return
                 elif item.kind == "end" and n + 1 < len(segments):
                     yield None, ScanEnd(item.offset, "segment ends early without a blank")
                     return
@@ -239,22 +377,29 @@ class CommitLog:
         """Offset of a verifiable record past ``offset`` anywhere in the log, or None.
 
         Used after a bad record: a valid record behind it means mid-log corruption, not a torn
-        tail. Searches for the magic number chunk by chunk (a body may contain it too, so each
-        candidate is fully verified).
+        tail.
         """
-        magic = codec.RECORD_MAGIC.to_bytes(4, "big")
         for seg in list(self.segments):
-            pos = max(0, offset + 1 - seg.start)
-            limit = min(seg.handle.size(), self.segment_size)
-            while pos < limit:
-                chunk = seg.handle.pread(min(limit - pos, 8 << 20), pos)
-                at = chunk.find(magic, 4)
-                while at != -1:
-                    start = pos + at - 4
-                    if self._verifies(seg, start, limit):
-                        return seg.start + start
-                    at = chunk.find(magic, at + 1)  # magic bytes inside a body
-                pos += max(1, len(chunk) - 8)
+            found = self._verifiable_in(seg, max(0, offset + 1 - seg.start))
+            if found is not None:
+                return found
+        return None
+
+    def _verifiable_in(self, seg: Segment, pos: int) -> int | None:
+        """Offset of the first verifiable record at or after ``pos`` in ``seg``. Searches for
+        the magic number chunk by chunk (a body may contain it too, so each candidate is fully
+        verified)."""
+        magic = codec.RECORD_MAGIC.to_bytes(4, "big")
+        limit = min(seg.handle.size(), self.segment_size)
+        while pos < limit:
+            chunk = seg.handle.pread(min(limit - pos, 8 << 20), pos)
+            at = chunk.find(magic, 4)
+            while at != -1:
+                start = pos + at - 4
+                if self._verifies(seg, start, limit):
+                    return seg.start + start
+                at = chunk.find(magic, at + 1)  # magic bytes inside a body
+            pos += max(1, len(chunk) - 8)
         return None
 
     @staticmethod
@@ -280,6 +425,7 @@ class CommitLog:
         invariant(seg.start <= offset <= seg.start + self.segment_size, "truncate out of range")
         seg.handle.truncate(offset - seg.start)
         seg.used = offset - seg.start
+        seg.reserved = 0  # truncating drops the reservation; the next reserve() redoes it
         seg.handle.sync()
 
     def delete_oldest(self) -> int:

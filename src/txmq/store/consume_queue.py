@@ -81,17 +81,17 @@ class ConsumeQueue:
         self.max_offset += 1
 
     def write_out(self) -> None:
-        """Write buffered entries, one pwrite per entry file they touch."""
-        offset, data = self._buf_at, memoryview(self._buf)
-        while data:
-            handle, pos = self._file(offset)
-            n = min(len(data) // ENTRY.size, self.per_file - offset % self.per_file)
-            handle.pwrite(bytes(data[: n * ENTRY.size]), pos)
-            self._dirty.add(offset - offset % self.per_file)
-            data = data[n * ENTRY.size :]
-            offset += n
-        self._buf = bytearray()
-        self._buf_at = self.max_offset
+        """Write buffered entries, one pwrite per entry file they touch. What a failed write
+        leaves unwritten stays buffered, so calling again retries it (the same bytes at the
+        same place)."""
+        while self._buf:
+            handle, pos = self._file(self._buf_at)
+            n = min(len(self._buf) // ENTRY.size, self.per_file - self._buf_at % self.per_file)
+            handle.pwrite(bytes(self._buf[: n * ENTRY.size]), pos)
+            self._dirty.add(self._buf_at - self._buf_at % self.per_file)
+            del self._buf[: n * ENTRY.size]
+            self._buf_at += n
+        invariant(self._buf_at == self.max_offset, "every buffered entry is written")
 
     def entry(self, queue_offset: int) -> tuple[int, int, int]:
         """(physical offset, size, tag hash) of one written entry."""
@@ -112,6 +112,25 @@ class ConsumeQueue:
             out.extend(ENTRY.iter_unpack(data))
             offset += n
         return out
+
+    def patch(self, found: dict[int, tuple[int, int, int]]) -> int:
+        """Overwrite written entries that differ from ``found`` (queue offset -> entry, read
+        from the log); offsets ``found`` lacks keep their entry. Returns how many changed."""
+        invariant(not self._buf, "patch with buffered entries")
+        lo, hi = self.min_offset, self.max_offset
+        changed = 0
+        at = lo
+        while at < hi:
+            n = min(hi - at, limits.READ_BATCH_MAX)
+            for i, old in enumerate(self.entries(at, n)):
+                new = found.get(at + i)
+                if new is not None and new != old:
+                    handle, pos = self._file(at + i)
+                    handle.pwrite(ENTRY.pack(*new), pos)
+                    self._dirty.add((at + i) - (at + i) % self.per_file)
+                    changed += 1
+            at += n
+        return changed
 
     def truncate_to(self, queue_offset: int) -> None:
         """Keep entries below ``queue_offset`` (recovery: entries past the checkpoint go).

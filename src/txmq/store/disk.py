@@ -9,6 +9,9 @@ deterministically. Must not: hold store logic, cache data, or retry a failed fsy
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import os
 import random
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ from typing import Protocol
 class FileHandle(Protocol):
     def pwrite(self, data: bytes, offset: int) -> None: ...
     def pread(self, size: int, offset: int) -> bytes: ...
+    def allocate(self, offset: int, length: int) -> bool: ...
     def sync(self) -> None: ...
     def truncate(self, size: int) -> None: ...
     def size(self) -> int: ...
@@ -35,6 +39,7 @@ class Disk(Protocol):
     def write_atomic(self, path: Path, data: bytes) -> None: ...
     def read_all(self, path: Path) -> bytes: ...
     def used_ratio(self, directory: Path) -> float: ...
+    def space(self, directory: Path) -> tuple[int, int]: ...
 
 
 class OsFile:
@@ -60,6 +65,18 @@ class OsFile:
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self._fd, size, offset)
+
+    def allocate(self, offset: int, length: int) -> bool:
+        """Reserve disk blocks for ``[offset, offset + length)`` without changing the file's
+        size (fallocate with FALLOC_FL_KEEP_SIZE), so later writes there cannot hit ENOSPC.
+
+        Returns False where the file system cannot reserve (no fallocate): the caller then
+        relies on undoing a write that ENOSPC cut short.
+
+        Raises:
+            OSError: ENOSPC (or EDQUOT) when the space is not there.
+        """
+        return fallocate_keep_size(self._fd, offset, length)
 
     def sync(self) -> None:
         os.fdatasync(self._fd)
@@ -121,10 +138,36 @@ class OsDisk:
         return path.read_bytes()
 
     def used_ratio(self, directory: Path) -> float:
-        st = os.statvfs(directory)
-        total = st.f_blocks * st.f_frsize
-        free = st.f_bavail * st.f_frsize
+        total, free = self.space(directory)
         return 0.0 if total == 0 else 1.0 - free / total
+
+    def space(self, directory: Path) -> tuple[int, int]:
+        """(total bytes, bytes free for this process) of the file system holding ``directory``."""
+        st = os.statvfs(directory)
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_libc: ctypes.CDLL | None = None
+
+
+def fallocate_keep_size(fd: int, offset: int, length: int) -> bool:
+    """fallocate(2) with FALLOC_FL_KEEP_SIZE through libc (Python's os module has only
+    posix_fallocate, which grows the file and so would hide where the written data ends).
+    False when the call or the file system does not support it."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    func = getattr(_libc, "fallocate", None)
+    if func is None or length <= 0:
+        return False
+    func.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    if func(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 def sync_directory(directory: Path) -> None:
@@ -171,6 +214,9 @@ class FaultyFile:
     def pread(self, size: int, offset: int) -> bytes:
         return self._inner.pread(size, offset)
 
+    def allocate(self, offset: int, length: int) -> bool:
+        return self._inner.allocate(offset, length)
+
     def sync(self) -> None:
         self._faults.on_sync()
         self._inner.sync()
@@ -196,6 +242,10 @@ class FaultyDisk(OsDisk):
 
     def used_ratio(self, directory: Path) -> float:
         return self.faults.used_ratio
+
+    def space(self, directory: Path) -> tuple[int, int]:
+        total, free = super().space(directory)
+        return total, min(free, int(total * (1.0 - self.faults.used_ratio)))
 
 
 def tear_tail(path: Path, *, keep_bytes: int, seed: int) -> None:

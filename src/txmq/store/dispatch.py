@@ -11,10 +11,10 @@ take the writer lock (lock order is writer lock, then this one).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from txmq.errors import CorruptRecordError
+from txmq.errors import CorruptRecordError, is_disk_full
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.disk import Disk
@@ -33,6 +33,9 @@ class Dispatcher:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.index = MessageIndex(data_dir / "index", disk, load=load_index)
         self.end = 0
+        # Called when a write of derived data meets a full disk; True if it freed space (the
+        # store's reserve, store/ballast.py), and then the write is retried once.
+        self.on_disk_full: Callable[[], bool] = lambda: False
         # Recovery after retention may rebuild a queue whose first records are gone.
         self.allow_late_start = False
         disk.makedirs(self.root)
@@ -69,10 +72,18 @@ class Dispatcher:
                         cq.start_at(e.queue_offset)
                     cq.append(e.queue_offset, e.physical_offset, e.size, e.tag)
                 self.index.add(hashes_of(e.topic, e.message_id, e.keys), e.physical_offset)
-            for cq in touched.values():
-                cq.write_out()
-            self.index.write_out()
+            try:
+                self._write_out(touched.values())
+            except OSError as exc:
+                if not (is_disk_full(exc) and self.on_disk_full()):
+                    raise
+                self._write_out(touched.values())  # write_out keeps what it could not write
             self.end = max(self.end, end)
+
+    def _write_out(self, queues: Iterable[ConsumeQueue]) -> None:
+        for cq in queues:
+            cq.write_out()
+        self.index.write_out()
 
     def snapshot(self) -> Checkpoint:
         """What a checkpoint taken now may promise (call ``sync`` before saving it)."""

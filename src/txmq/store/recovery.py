@@ -19,6 +19,10 @@ disappears whole. The first bad frame or CRC ends the scan:
 * otherwise it is a torn tail, which only a crash can leave: the log is truncated there (or at
   the start of the unfinished batch). After a clean shutdown a torn tail is corruption too.
 
+An end-of-segment blank seals its segment (even the last one: a roll the disk refused after the
+blank leaves no next segment), and a valid record inside the span a blank claims is mid-log
+corruption (ADR 0003), never data to skip.
+
 A missing or unreadable checkpoint, or a derived file shorter than the checkpoint says, means the
 derived data cannot be trusted: it is wiped and rebuilt from the log start.
 """
@@ -30,7 +34,7 @@ from typing import Final
 
 from txmq.errors import CorruptRecordError
 from txmq.store.checkpoint import Checkpoint
-from txmq.store.commit_log import CommitLog
+from txmq.store.commit_log import CommitLog, blank_span_reason
 from txmq.store.dispatch import Dispatcher
 from txmq.store.record import Entry, decode_entry
 from txmq.store.segment import iter_raw
@@ -149,7 +153,11 @@ def _walk(log: CommitLog, start: int, dispatcher: Dispatcher, scan: _Scan) -> No
             elif item.kind == "blank":
                 if scan.batch:
                     return scan.fail(scan.batch[0].physical_offset, "batch cut by segment end")
+                inside = log.record_in_blank(seg, item.offset - seg.start)
+                if inside is not None:
+                    return scan.fail(item.offset, blank_span_reason(item.offset, inside))
                 scan.good_end = seg.start + log.segment_size
+                log.seal(seg)  # a roll may have stopped after the blank: never write past it
             elif not last:
                 return scan.fail(item.offset, "segment ends early without an end marker")
         pos = 0

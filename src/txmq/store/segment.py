@@ -35,6 +35,8 @@ class Segment:
     handle: FileHandle
     # Bytes of this segment in use (records + blank filler).
     used: int
+    # Bytes from the segment start reserved on disk (ADR 0003); 0 until reserved this run.
+    reserved: int = 0
 
 
 class RawItem(NamedTuple):

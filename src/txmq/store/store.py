@@ -22,6 +22,7 @@ queues and index and record their sizes, bounding recovery work after a crash.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,18 +36,21 @@ from txmq.errors import (
     OffsetNotFoundError,
     StoreClosedError,
     StoreFencedError,
+    is_disk_full,
 )
 from txmq.model import AppendResult, FlushMode, QueueBytes, QueueRead, Record, RecordDraft
 from txmq.store import checkpoint as cpfile
 from txmq.store import record as codec
+from txmq.store.ballast import Ballast
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
-from txmq.store.consume_queue import ConsumeQueue, tag_hash
 from txmq.store.disk import Disk, OsDisk
 from txmq.store.dispatch import Dispatcher
 from txmq.store.flush import Group, GroupCommit
-from txmq.store.index import id_hash, key_hash
+from txmq.store.health import Health
+from txmq.store.reader import Reader
 from txmq.store.recovery import RecoveryReport, recover
+from txmq.store.repair import Scrubber, rebuild_queue
 
 # Disk usage is checked every this many appends or milliseconds, whichever comes first: a
 # statvfs per append would cost more than the write.
@@ -54,6 +58,7 @@ _DISK_CHECK_EVERY: Final = 256
 _DISK_CHECK_MS: Final = 1_000
 # A checkpoint is taken after this many flushed bytes, bounding recovery work after a crash.
 _CHECKPOINT_EVERY_BYTES: Final = 64 * limits.MiB
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,15 @@ class Store:
         self.now_ms = now_ms
         self.disk = disk
         disk.makedirs(data_dir)
-        self.log = CommitLog(data_dir / "commitlog", disk, config.segment_size_bytes)
+        # Give the reserve back first, so recovery and the markers fit on a full disk.
+        self._ballast = Ballast(disk, data_dir)
+        self._ballast.release()
+        self.log = CommitLog(
+            data_dir / "commitlog",
+            disk,
+            config.segment_size_bytes,
+            before_growth=self._check_growth,
+        )
         saved = cpfile.load(disk, data_dir)
         # No checkpoint means recovery rebuilds the index anyway: do not load it first.
         self._dispatcher = Dispatcher(
@@ -87,6 +100,10 @@ class Store:
         # Retention leaves dead index entries behind; drop them here, where a checkpoint
         # follows at once.
         self._dispatcher.index.compact(self.log.start_offset, disk)
+        self.health = Health()
+        self._scrub_lock = threading.Lock()
+        self._reader = Reader(self.log, self._dispatcher, self.health, self.rebuild_queue)
+        self._scrubber = Scrubber(self.log, self._dispatcher, self.health)
         self._checkpoint_lock = threading.Lock()
         self._retention_lock = threading.Lock()
         self._checkpointed = -1
@@ -104,8 +121,10 @@ class Store:
             publish=self._dispatcher.publish,
             after_flush=self._after_flush,
         )
-        self.checkpoint()
+        self._dispatcher.on_disk_full = self._ballast.release
+        self._checkpoint_if_room()
         cpfile.mark_open(disk, data_dir)
+        self._ballast.take()
 
     @classmethod
     def open(
@@ -185,7 +204,17 @@ class Store:
             self._disk_used = self.disk.used_ratio(self.data_dir)
             self._disk_checked_ms = now
         if self._disk_used > self.config.disk_watermark:
-            raise DiskFullError(self._disk_used, self.config.disk_watermark)
+            raise DiskFullError.above_watermark(self._disk_used, self.config.disk_watermark)
+
+    def _check_growth(self, nbytes: int) -> None:
+        """Refuse a log reservation of ``nbytes`` that would take usage past the watermark:
+        the log grows only through reservations, so it never overshoots (ADR 0003)."""
+        total, free = self.disk.space(self.data_dir)
+        if total and total - free + nbytes > self.config.disk_watermark * total:
+            self._disk_used = (total - free) / total
+            raise DiskFullError.above_watermark(
+                (total - free + nbytes) / total, self.config.disk_watermark
+            )
 
     def _write_locked(
         self, drafts: Sequence[RecordDraft], now: int
@@ -208,6 +237,8 @@ class Store:
             raise BadRequestError(f"a batch of {total} bytes does not fit one log segment")
         try:
             phys = self.log.reserve(total)
+        except DiskFullError:
+            raise  # nothing was written: refused, not fenced
         except OSError as exc:
             self._group.fence(f"rolling a segment failed: {exc}")
             raise StoreFencedError(self._group.fenced) from exc
@@ -227,6 +258,8 @@ class Store:
             self.log.write(phys, b"".join(parts))
             self._next_queue_offset.update(assigned)
             group = self._group.add(entries, at)
+        except DiskFullError:
+            raise  # the cut-short write was undone: refused, not fenced
         except OSError as exc:
             self._group.fence(f"writing the log failed: {exc}")
             raise StoreFencedError(self._group.fenced) from exc
@@ -245,7 +278,17 @@ class Store:
 
     def _after_flush(self, durable_end: int) -> None:
         if durable_end - self._checkpointed >= _CHECKPOINT_EVERY_BYTES:
+            self._checkpoint_if_room()
+
+    def _checkpoint_if_room(self) -> None:
+        """Checkpoint, unless the disk is full: the previous checkpoint still vouches for a
+        prefix of the log, so skipping one costs only recovery time (logged)."""
+        try:
             self.checkpoint()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            logger.warning("disk full: checkpoint not updated (%s)", exc)
 
     def checkpoint(self) -> None:
         """Sync queues and index and record how far they are consistent with the log.
@@ -277,11 +320,18 @@ class Store:
                 return
             self._closed = True
         self._group.stop(flush=True)
+        self._ballast.release()  # the last saves must fit on a full disk
         if not self._group.fenced:
-            self.checkpoint()
+            # Skipped on a full disk: the flush above made the log durable, and the previous
+            # checkpoint vouches for a prefix; the next open re-dispatches the rest.
+            self._checkpoint_if_room()
             cpfile.mark_closed(self.disk, self.data_dir)
         self._dispatcher.close()
         self.log.close()
+
+    def release_reserve(self) -> bool:
+        """Give the disk reserve back (the broker does before its last saves on a full disk)."""
+        return self._ballast.release()
 
     def abandon(self) -> None:
         """Stop at once without flushing, checkpointing or removing the abort marker, as if
@@ -350,36 +400,11 @@ class Store:
     ) -> QueueRead:
         """Read up to ``max_count`` records of a queue from ``offset``, optionally only those
         whose tag is in ``tags``. A filtered read looks at most READ_SCAN_ENTRIES_MAX entries;
-        ``next_offset`` moves past entries it skipped, so a filtered reader still progresses."""
+        ``next_offset`` moves past entries it skipped, so a filtered reader still progresses.
+        Each record is checked against its queue entry (store/reader.py): a damaged record is
+        reported in ``health`` and skipped, a wrong entry makes the queue be rebuilt."""
         self._check_open()
-        max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
-        wanted = None if tags is None else {tag_hash(t) for t in tags}
-        out: list[Record] = []
-        with self._dispatcher.lock:
-            cq = self._dispatcher.queues.get((topic, queue_id))
-            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-        if cq is None:
-            return QueueRead((), offset, 0, 0)
-        start = min(max(offset, lo), hi)
-        next_offset, scanned = start, 0
-        while len(out) < max_count and next_offset < hi:
-            if scanned >= limits.READ_SCAN_ENTRIES_MAX:
-                break
-            chunk = max_count - len(out) if wanted is None else limits.READ_BATCH_MAX
-            next_offset, entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
-            for phys, _size, thash in entries:
-                if len(out) >= max_count:
-                    break
-                next_offset += 1
-                scanned += 1
-                if wanted is not None and thash not in wanted:
-                    continue
-                rec = self._read_live(phys)
-                if rec is not None and (tags is None or rec.tag in tags):
-                    out.append(rec)
-            if not entries:
-                break
-        return QueueRead(tuple(out), next_offset, lo, hi)
+        return self._reader.read_queue(topic, queue_id, offset, max_count, tags=tags)
 
     def read_queue_bytes(
         self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
@@ -390,97 +415,39 @@ class Store:
         readers that decode on their side: no field decoding here, one segment lookup per
         batch of entries."""
         self._check_open()
-        max_count = max(0, min(max_count, limits.PULL_COUNT_MAX))
-        with self._dispatcher.lock:
-            cq = self._dispatcher.queues.get((topic, queue_id))
-            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-        if cq is None:
-            return QueueBytes([], offset, 0, 0)
-        out: list[bytes | memoryview] = []
-        next_offset, taken, full = min(max(offset, lo), hi), 0, False
-        while len(out) < max_count and next_offset < hi and not full:
-            want = min(max_count - len(out), hi - next_offset)
-            next_offset, entries = self._entries(cq, next_offset, want)
-            if not entries:
-                break
-            spans: list[tuple[int, int]] = []
-            for phys, size, _thash in entries:
-                if taken and taken + size > max_bytes:  # the first record always goes
-                    full = True
-                    break
-                spans.append((phys, size))
-                taken += size
-            out += [b for b in self.log.read_bytes_many(spans) if b is not None]
-            next_offset += len(spans)
-        return QueueBytes(out, next_offset, lo, hi)
-
-    def _entries(
-        self, cq: ConsumeQueue, start: int, count: int
-    ) -> tuple[int, list[tuple[int, int, int]]]:
-        """(where they start, entries): retention may have moved the queue's start past
-        ``start`` since the caller looked, and then the entries begin there."""
-        with self._dispatcher.lock:
-            at = max(start, cq.min_offset)
-            return at, cq.entries(at, count)
-
-    def _read_live(self, physical_offset: int) -> Record | None:
-        """Read a record a queue or the index points at; None if retention deleted it."""
-        if physical_offset < self.log.start_offset:
-            return None
-        try:
-            return self.log.read(physical_offset)
-        except OffsetNotFoundError:
-            if physical_offset < self.log.start_offset:
-                return None  # Deleted by retention between the check and the read.
-            raise
+        return self._reader.read_queue_bytes(
+            topic, queue_id, offset, max_count, max_bytes=max_bytes
+        )
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose record was stored at or after ``timestamp_ms`` (the
         queue's max offset if none). Binary search over the queue."""
-        with self._dispatcher.lock:
-            cq = self._dispatcher.queues.get((topic, queue_id))
-            if cq is None:
-                return 0
-            lo, hi = cq.min_offset, cq.max_offset
-            while lo < hi:
-                mid = (lo + hi) // 2
-                rec = self._read_live(cq.entry(mid)[0])
-                if rec is None or rec.store_timestamp_ms < timestamp_ms:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
+        return self._reader.offset_for_timestamp(topic, queue_id, timestamp_ms)
 
     def find_by_message_id(self, message_id: str) -> Record | None:
         """The newest visible record with this message id, or None."""
         self._check_open()
-        with self._dispatcher.lock:
-            candidates = self._dispatcher.index.candidates(
-                id_hash(message_id), floor=self.log.start_offset
-            )
-        for phys in candidates:
-            rec = self._read_live(phys)
-            if rec is not None and rec.message_id == message_id:
-                return rec
-        return None
+        return self._reader.find_by_message_id(message_id)
 
     def find_by_key(self, topic: str, key: str, max_count: int) -> list[Record]:
         """Up to ``max_count`` (at most FIND_BY_KEY_RESULTS_MAX) records of ``topic`` carrying
         ``key``, newest first."""
         self._check_open()
-        limit = max(0, min(max_count, limits.FIND_BY_KEY_RESULTS_MAX))
-        with self._dispatcher.lock:
-            candidates = self._dispatcher.index.candidates(
-                key_hash(topic, key), floor=self.log.start_offset
-            )
-        out: list[Record] = []
-        for phys in candidates:
-            if len(out) >= limit:
-                break
-            rec = self._read_live(phys)
-            if rec is not None and rec.topic == topic and key in rec.keys:
-                out.append(rec)
-        return out
+        return self._reader.find_by_key(topic, key, max_count)
+
+    # --- Damage. ---------------------------------------------------------------------------------
+
+    def scrub_step(self, budget: int = limits.SCRUB_BYTES_PER_STEP) -> list[tuple[str, int]]:
+        """Re-verify the next ``budget`` bytes of the log (CRCs, blank spans, queue entries);
+        returns the queues it rebuilt. The broker calls this every second (store/repair.py)."""
+        self._check_open()
+        with self._scrub_lock:
+            return self._scrubber.step(budget)
+
+    def rebuild_queue(self, key: tuple[str, int]) -> int:
+        """Rewrite queue ``key``'s entries from the log where they disagree; returns how many."""
+        with self._scrub_lock:
+            return rebuild_queue(self.log, self._dispatcher, self.health, key)
 
     # --- Retention. ------------------------------------------------------------------------------
 

@@ -1,0 +1,55 @@
+"""The space reserve: a file of reserved blocks the store gives back when the disk is full.
+
+Owns: ``store/reserve`` (STORE_RESERVE_BYTES reserved with fallocate KEEP_SIZE, so its size
+reads 0). Why (ADR 0003): the log refuses writes that do not fit before writing anything, but
+derived data (consume queues, index), the checkpoint, the abort marker and the broker's small
+state files must still be writable on a full disk, or a broker could neither stop cleanly nor
+start again. The store deletes the reserve when a derived write meets ENOSPC (then retries it
+once), at close (so the last saves fit) and at open (so recovery fits), and takes it again
+after open when there is room. Must not: hold data, or be counted on for more than one retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from txmq import limits
+from txmq.errors import is_disk_full
+from txmq.store.disk import Disk
+
+RESERVE_NAME = "reserve"
+log = logging.getLogger(__name__)
+
+
+class Ballast:
+    def __init__(self, disk: Disk, data_dir: Path) -> None:
+        self.disk = disk
+        self.path = data_dir / RESERVE_NAME
+
+    def release(self) -> bool:
+        """Delete the reserve; True if there was one to free."""
+        if not self.disk.exists(self.path):
+            return False
+        self.disk.remove(self.path)
+        log.warning("released the %d-byte disk reserve", limits.STORE_RESERVE_BYTES)
+        return True
+
+    def take(self) -> bool:
+        """Reserve the space again; False (logged) when the disk has no room for it.
+
+        Raises:
+            OSError: a failure other than a full disk.
+        """
+        handle = self.disk.open(self.path)
+        try:
+            handle.allocate(0, limits.STORE_RESERVE_BYTES)
+            return True
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            log.warning("no room for the disk reserve (%s); running without it", exc)
+            self.disk.remove(self.path)
+            return False
+        finally:
+            handle.close()

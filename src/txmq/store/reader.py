@@ -1,0 +1,282 @@
+"""Reads through consume queues and the index, each record checked against what led to it.
+
+Owns: ``Reader`` (``read_queue``, ``read_queue_bytes``, ``offset_for_timestamp``, the index
+lookups), used by the ``Store`` façade. Must not: write records, take the writer lock, or serve a
+record that is not the one its queue entry promises.
+
+Theory of operation
+-------------------
+Every record reached through a queue entry is checked twice: its own bytes (size, magic, CRC,
+stored physical offset, on every read) and that it is the record the entry promises (topic,
+queue id, queue offset and size). Then:
+
+* the record verifies but is another one (a damaged or stale queue entry): the queue is rebuilt
+  from the log (``repair.rebuild_queue``) and the entry read again; an entry still wrong after
+  the rebuild is skipped and reported;
+* the record fails its checks while its header still names the promised queue, offset and size:
+  the commit log is damaged there; the record is reported (``Health``: log line, count, admin
+  status) and skipped, so the rest of its queue keeps flowing;
+* otherwise the entry points at garbage: rebuild, as in the first case.
+
+Index lookups already compare each candidate with what was asked, so a bad candidate is skipped
+(and a damaged one reported).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from txmq import limits
+from txmq.errors import CorruptRecordError, OffsetNotFoundError
+from txmq.model import QueueBytes, QueueRead, Record
+from txmq.store import record as codec
+from txmq.store.commit_log import CommitLog
+from txmq.store.consume_queue import ConsumeQueue, tag_hash
+from txmq.store.dispatch import Dispatcher
+from txmq.store.health import Health
+from txmq.store.index import id_hash, key_hash
+
+# Where the header fields an entry promises sit in a record (docs/formats.md).
+_QUEUE = struct.Struct(">Hq")  # queue_id, queue_offset
+_QUEUE_AT = codec.HEAD_SIZE + 3
+_U16 = struct.Struct(">H")
+
+Rebuild = Callable[[tuple[str, int]], int]
+
+
+def promised(rec: bytes | memoryview, topic: bytes, queue_id: int, queue_offset: int) -> bool:
+    """Does the record's header name this topic, queue id and queue offset?"""
+    if len(rec) < codec.FIXED_END + 2 + len(topic):
+        return False
+    if _QUEUE.unpack_from(rec, _QUEUE_AT) != (queue_id, queue_offset):
+        return False
+    n = _U16.unpack_from(rec, codec.FIXED_END)[0]
+    return n == len(topic) and bytes(rec[codec.FIXED_END + 2 : codec.FIXED_END + 2 + n]) == topic
+
+
+class Reader:
+    def __init__(
+        self, log: CommitLog, dispatcher: Dispatcher, health: Health, rebuild: Rebuild
+    ) -> None:
+        self.log = log
+        self.dispatcher = dispatcher
+        self.health = health
+        self._rebuild = rebuild
+
+    def _queue(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
+        with self.dispatcher.lock:
+            cq = self.dispatcher.queues.get((topic, queue_id))
+            return (cq, cq.min_offset, cq.max_offset) if cq else (None, 0, 0)
+
+    def _entries(
+        self, cq: ConsumeQueue, start: int, count: int
+    ) -> tuple[int, list[tuple[int, int, int]]]:
+        """(where they start, entries): retention may have moved the queue's start past
+        ``start`` since the caller looked, and then the entries begin there."""
+        with self.dispatcher.lock:
+            at = max(start, cq.min_offset)
+            return at, cq.entries(at, count)
+
+    def read_live(self, physical_offset: int) -> Record | None:
+        """Read a record a queue or the index points at; None if retention deleted it."""
+        if physical_offset < self.log.start_offset:
+            return None
+        try:
+            return self.log.read(physical_offset)
+        except OffsetNotFoundError:
+            if physical_offset < self.log.start_offset:
+                return None  # Deleted by retention between the check and the read.
+            raise
+
+    def checked(
+        self, topic: str, queue_id: int, queue_offset: int, entry: tuple[int, int, int]
+    ) -> Record | None:
+        """The record ``entry`` (at ``queue_offset``) promises; None when retention deleted it
+        or it is damaged (reported). Rebuilds the queue once if the entry is wrong."""
+        for attempt in range(2):
+            phys, size, _thash = entry
+            try:
+                rec = self.read_live(phys)
+            except (CorruptRecordError, OffsetNotFoundError) as exc:
+                if self._damaged_in_log(phys, size, topic, queue_id, queue_offset):
+                    self.health.record_damaged(phys, str(exc))
+                    return None
+                rec = None
+                if attempt:
+                    self.health.record_damaged(phys, f"{topic}/{queue_id}@{queue_offset}: {exc}")
+                    return None
+            else:
+                if rec is None or (
+                    rec.topic == topic
+                    and rec.queue_id == queue_id
+                    and rec.queue_offset == queue_offset
+                    and rec.size == size
+                ):
+                    return rec
+                if attempt:
+                    self.health.record_damaged(
+                        phys, f"{topic}/{queue_id}@{queue_offset}: entry names another record"
+                    )
+                    return None
+            self._rebuild((topic, queue_id))
+            cq, lo, hi = self._queue(topic, queue_id)
+            if cq is None or not lo <= queue_offset < hi:
+                return None
+            entry = cq.entry(queue_offset)
+        return None
+
+    def _damaged_in_log(
+        self, phys: int, size: int, topic: str, queue_id: int, queue_offset: int
+    ) -> bool:
+        """True when the bytes at ``phys`` still carry the promised frame and header (size,
+        magic, stored offset, queue, topic) but failed verification: the log is damaged, not
+        the entry."""
+        if phys < self.log.start_offset or phys >= self.log.end_offset:
+            return False
+        try:
+            raw = self.log.read_raw(phys, size)
+        except OffsetNotFoundError:
+            return False
+        if len(raw) != size or len(raw) < codec.FIXED_END:
+            return False
+        got_size, magic = codec.peek(raw)
+        (stored,) = struct.unpack_from(">q", raw, _QUEUE_AT + 10)
+        return (
+            got_size == size
+            and magic == codec.RECORD_MAGIC
+            and stored == phys
+            and promised(raw, topic.encode(), queue_id, queue_offset)
+        )
+
+    def read_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        tags: frozenset[str] | None = None,
+    ) -> QueueRead:
+        """See ``Store.read_queue``; every record is ``checked``."""
+        max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
+        wanted = None if tags is None else {tag_hash(t) for t in tags}
+        out: list[Record] = []
+        cq, lo, hi = self._queue(topic, queue_id)
+        if cq is None:
+            return QueueRead((), offset, 0, 0)
+        next_offset, scanned = min(max(offset, lo), hi), 0
+        while len(out) < max_count and next_offset < hi:
+            if scanned >= limits.READ_SCAN_ENTRIES_MAX:
+                break
+            chunk = max_count - len(out) if wanted is None else limits.READ_BATCH_MAX
+            next_offset, entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
+            for entry in entries:
+                if len(out) >= max_count:
+                    break
+                at = next_offset
+                next_offset += 1
+                scanned += 1
+                if wanted is not None and entry[2] not in wanted:
+                    continue
+                rec = self.checked(topic, queue_id, at, entry)
+                if rec is not None and (tags is None or rec.tag in tags):
+                    out.append(rec)
+            if not entries:
+                break
+        return QueueRead(tuple(out), next_offset, lo, hi)
+
+    def read_queue_bytes(
+        self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
+    ) -> QueueBytes:
+        """See ``Store.read_queue_bytes``. Records are verified in bulk and checked against
+        their entries; a batch with a bad one is redone record by record (``checked``)."""
+        max_count = max(0, min(max_count, limits.PULL_COUNT_MAX))
+        cq, lo, hi = self._queue(topic, queue_id)
+        if cq is None:
+            return QueueBytes([], offset, 0, 0)
+        name = topic.encode()
+        out: list[bytes | memoryview] = []
+        next_offset, taken, full = min(max(offset, lo), hi), 0, False
+        while len(out) < max_count and next_offset < hi and not full:
+            want = min(max_count - len(out), hi - next_offset)
+            next_offset, entries = self._entries(cq, next_offset, want)
+            if not entries:
+                break
+            spans: list[tuple[int, int]] = []
+            for phys, size, _thash in entries:
+                if taken and taken + size > max_bytes:  # the first record always goes
+                    full = True
+                    break
+                spans.append((phys, size))
+                taken += size
+            try:
+                got = self.log.read_bytes_many(spans)
+                ok = all(
+                    b is None or promised(b, name, queue_id, next_offset + i)
+                    for i, b in enumerate(got)
+                )
+            except (CorruptRecordError, OffsetNotFoundError):
+                ok = False
+            if not ok:
+                got = self._one_by_one(topic, queue_id, next_offset, entries[: len(spans)])
+            out += [b for b in got if b is not None]
+            next_offset += len(spans)
+        return QueueBytes(out, next_offset, lo, hi)
+
+    def _one_by_one(
+        self, topic: str, queue_id: int, start: int, entries: list[tuple[int, int, int]]
+    ) -> list[memoryview | None]:
+        out: list[memoryview | None] = []
+        for i, entry in enumerate(entries):
+            rec = self.checked(topic, queue_id, start + i, entry)
+            if rec is None:
+                out.append(None)
+                continue
+            out += self.log.read_bytes_many([(rec.physical_offset, rec.size)])
+        return out
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """See ``Store.offset_for_timestamp``."""
+        cq, lo, hi = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            _at, got = self._entries(cq, mid, 1)
+            rec = self.checked(topic, queue_id, mid, got[0]) if got else None
+            if rec is None or rec.store_timestamp_ms < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _candidates(self, h: int) -> list[int]:
+        with self.dispatcher.lock:
+            return self.dispatcher.index.candidates(h, floor=self.log.start_offset)
+
+    def _indexed(self, phys: int) -> Record | None:
+        try:
+            return self.read_live(phys)
+        except (CorruptRecordError, OffsetNotFoundError):
+            return None  # a bad candidate is not the record asked for; the scrub reports it
+
+    def find_by_message_id(self, message_id: str) -> Record | None:
+        """See ``Store.find_by_message_id``."""
+        for phys in self._candidates(id_hash(message_id)):
+            rec = self._indexed(phys)
+            if rec is not None and rec.message_id == message_id:
+                return rec
+        return None
+
+    def find_by_key(self, topic: str, key: str, max_count: int) -> list[Record]:
+        """See ``Store.find_by_key``."""
+        limit = max(0, min(max_count, limits.FIND_BY_KEY_RESULTS_MAX))
+        out: list[Record] = []
+        for phys in self._candidates(key_hash(topic, key)):
+            if len(out) >= limit:
+                break
+            rec = self._indexed(phys)
+            if rec is not None and rec.topic == topic and key in rec.keys:
+                out.append(rec)
+        return out

@@ -1,0 +1,191 @@
+"""Full-disk fault tests of the store (issue 14, defect 1; ADR 0003).
+
+Goal: a full disk refuses writes with DiskFullError and never leaves a state that recovery reads
+differently from what was acknowledged: no record lands inside the span an end-of-segment blank
+claims, a rebuild from the log finds every acknowledged record, the store stays writable once
+space is freed, and it closes and reopens cleanly while the disk is still full.
+Method: SimDisk with a byte capacity (a write that does not fit writes what fits, then ENOSPC),
+with and without fallocate support; and real files for the corruption shape the old roll left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Clock
+from txmq import errors, limits
+from txmq.cli.verify import verify
+from txmq.errors import CorruptRecordError, DiskFullError, StoreFencedError
+from txmq.model import RecordDraft
+from txmq.store import record as codec
+from txmq.store.commit_log import CommitLog
+from txmq.store.config import StoreConfig
+from txmq.store.disk import FileHandle, OsDisk
+from txmq.store.segment import segment_name
+from txmq.store.sim_disk import SimDisk
+from txmq.store.store import Store
+
+ROOT = Path("/sim/full")
+SEGMENT = 64 * 1024
+CONFIG = StoreConfig(segment_size_bytes=SEGMENT, body_size_max=16 * 1024, disk_watermark=1.0)
+# The reserve, one segment, and a little for derived files and the checkpoint.
+CAPACITY = limits.STORE_RESERVE_BYTES + SEGMENT + 24 * 1024
+
+
+def draft(i: int, size: int = 9_000) -> RecordDraft:
+    return RecordDraft(
+        topic="t", queue_id=0, body=bytes([i % 251]) * size, message_id=f"m{i}", keys=(f"k{i}",)
+    )
+
+
+class NoFallocateDisk(SimDisk):
+    """A file system without fallocate: nothing can be reserved, writes meet ENOSPC."""
+
+    def open(self, path: Path) -> FileHandle:
+        handle = super().open(path)
+        handle.allocate = lambda offset, length: False  # type: ignore[method-assign]
+        return handle
+
+
+def fill_then_free(disk: SimDisk, clock: Clock, n: int) -> tuple[list[str], list[type]]:
+    """Append ``n`` records; on the first refusal free the space (as an operator would) and
+    carry on (reopening if the store fenced). Returns acknowledged ids and refusal types."""
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    acked: list[str] = []
+    refused: list[type] = []
+    for i in range(n):
+        try:
+            store.append(draft(i))
+            acked.append(f"m{i}")
+        except (DiskFullError, StoreFencedError) as exc:
+            refused.append(type(exc))
+            disk.capacity = None
+            if isinstance(exc, StoreFencedError):
+                store.close()
+                store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    store.close()
+    return acked, refused
+
+
+@pytest.mark.parametrize(
+    ("disk_kind", "capacity"),
+    # Without fallocate nothing is reserved, so the disk fills inside the second segment.
+    [(SimDisk, CAPACITY), (NoFallocateDisk, CAPACITY - limits.STORE_RESERVE_BYTES + 30_000)],
+)
+def test_full_disk_at_a_segment_roll_refuses_and_loses_nothing(
+    clock: Clock, disk_kind: type[SimDisk], capacity: int
+) -> None:
+    disk = disk_kind(capacity=capacity)
+    acked, refused = fill_then_free(disk, clock, 30)
+    assert refused == [DiskFullError], "refused with DiskFullError, not fenced"
+    assert len(acked) == 29
+    # A rebuild from the log alone (no checkpoint) must find every acknowledged record.
+    disk.remove(ROOT / "checkpoint.json")
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    assert store.recovery.rebuilt
+    got = store.read_queue("t", 0, 0, 100).records
+    assert [r.message_id for r in got] == acked
+    assert [r.message_id for r in store.scan(0, 100)] == acked
+    store.close()
+
+
+def test_refusal_carries_its_own_wire_code(clock: Clock) -> None:
+    disk = SimDisk(capacity=CAPACITY)
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    with pytest.raises(DiskFullError) as info:
+        for i in range(30):
+            store.append(draft(i))
+    assert info.value.code == errors.CODE_MASTER_PERSISTENCE_TIMEOUT
+    assert info.value.code != errors.CODE_INTERNAL_SERVER_ERROR and info.value.retriable
+    store.close()
+
+
+def test_watermark_refusal_never_overshoots(clock: Clock) -> None:
+    capacity = 64 * limits.MiB
+    disk = SimDisk(capacity=capacity)
+    cfg = replace(CONFIG, disk_watermark=0.25)
+    store = Store.open(ROOT, cfg, now_ms=clock, disk=disk)
+    with pytest.raises(DiskFullError, match="watermark"):
+        for i in range(10_000):
+            store.append(draft(i))
+    # The log grows only by reservations checked against the watermark; derived files add a
+    # few dozen bytes per record on top.
+    derived_slack = 64 * 1024
+    assert disk.usage() <= 0.25 * capacity + derived_slack
+    store.close()
+
+
+def test_close_and_reopen_on_a_still_full_disk(clock: Clock) -> None:
+    disk = SimDisk(capacity=CAPACITY)
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    acked = []
+    with pytest.raises(DiskFullError):
+        for i in range(30):
+            store.append(draft(i))
+            acked.append(f"m{i}")
+    assert [r.message_id for r in store.read_queue("t", 0, 0, 100).records] == acked
+    store.close()
+    assert not disk.exists(ROOT / "abort"), "a clean close on a full disk"
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    assert not store.recovery.crashed
+    assert [r.message_id for r in store.read_queue("t", 0, 0, 100).records] == acked
+    with pytest.raises(DiskFullError):
+        store.append(draft(99))
+    disk.capacity = None
+    store.append(draft(100))
+    store.close()
+
+
+def old_roll_corruption(directory: Path) -> tuple[int, int]:
+    """Build, on real files, what the pre-ADR-0003 roll left after ENOSPC and a restart: a
+    blank header claiming the rest of a segment, part of its filler, and a record written inside
+    that span afterwards. Returns (blank offset, the record inside the span)."""
+    store = Store.open(directory, CONFIG, now_ms=Clock())
+    for i in range(4):
+        store.append(draft(i))
+    blank_at = store.log_end_offset
+    store.close()
+    with open(directory / "commitlog" / segment_name(0), "r+b") as f:
+        f.seek(blank_at)
+        f.write(codec.blank(SEGMENT - blank_at) + bytes(4000))  # the filler, cut short
+        inside = blank_at + codec.HEAD_SIZE + 4000
+        buf = codec.encode(draft(9), queue_offset=4, store_timestamp_ms=2000)
+        f.write(codec.place(buf, inside))
+    # ... and the log went on in the next segment.
+    buf = codec.encode(draft(10), queue_offset=5, store_timestamp_ms=3000)
+    (directory / "commitlog" / segment_name(SEGMENT)).write_bytes(codec.place(buf, SEGMENT))
+    return blank_at, inside
+
+
+def test_records_inside_a_blank_span_are_caught_by_verify_and_open(tmp_path: Path) -> None:
+    blank_at, inside = old_roll_corruption(tmp_path)
+    report = verify(tmp_path)
+    assert report["records"] == 5, "four before the blank, one in the next segment"
+    assert f"blank at {blank_at}" in report["problems"] and str(inside) in report["problems"]
+    with pytest.raises(CorruptRecordError, match="blank"):
+        Store.open(tmp_path, CONFIG, now_ms=Clock())
+
+
+def test_a_blank_seals_the_last_segment_after_a_refused_roll(tmp_path: Path) -> None:
+    """A roll that wrote the blank but never created the next segment: the next write rolls."""
+    log_dir = tmp_path / "commitlog"
+    log = CommitLog(log_dir, OsDisk(), SEGMENT)
+    buf = codec.encode(draft(0), queue_offset=0, store_timestamp_ms=1000)
+    at = log.reserve(len(buf))
+    log.write(at, codec.place(buf, at))
+    end = log.end_offset
+    log.close()
+    with open(log_dir / segment_name(0), "r+b") as f:
+        f.seek(end)
+        f.write(codec.blank(SEGMENT - end))
+    (tmp_path / "abort").write_bytes(b"open\n")
+    store = Store.open(tmp_path, CONFIG, now_ms=Clock())
+    res = store.append(draft(1))
+    assert res.physical_offset == SEGMENT, "written in a new segment, not inside the blank"
+    store.close()
+    store = Store.open(tmp_path, CONFIG, now_ms=Clock())
+    assert [r.message_id for r in store.scan(0, 10)] == ["m0", "m1"]
+    store.close()
