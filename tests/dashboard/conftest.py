@@ -10,10 +10,8 @@ Screenshots go to ``$TXMQ_TEST_ARTIFACTS/dashboard`` (default ``build/test-artif
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import FAST, ROOT, BrokerProcess
+from txmq.dashboard.background import dashboard_process
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -36,7 +35,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 APT_TIMEOUT_S = 600
-START_TIMEOUT_S = 30.0
 
 
 def artifacts_dir() -> Path:
@@ -79,39 +77,7 @@ def browser() -> Iterator[Any]:
 
 @dataclass
 class Dashboard:
-    proc: subprocess.Popen[str]
     url: str
-
-
-def start_dashboard(endpoints: str, log: Path) -> Dashboard:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    cmd = [sys.executable, "-m", "txmq.cli", "dashboard", "--endpoints", endpoints, "--port", "0"]
-    cmd += ["--sample-ms", "500"]  # charts fill in seconds instead of minutes
-    with log.open("a") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    try:
-        ready = sel.select(timeout=START_TIMEOUT_S)
-        line = proc.stdout.readline() if ready else ""
-    finally:
-        sel.close()
-    if "txmq dashboard on" not in line:
-        proc.kill()
-        proc.wait()
-        raise AssertionError(f"dashboard did not start: {line!r}\n{log.read_text()[-2000:]}")
-    return Dashboard(proc, line.split(" on ", 1)[1].split()[0].rstrip("/"))
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
@@ -120,11 +86,11 @@ def live(tmp_path: Path) -> Iterator[tuple[BrokerProcess, Dashboard]]:
     b = BrokerProcess(tmp_path / "broker", [*FAST, "--transaction-check-max", "2"])
     b.start()
     try:
-        d = start_dashboard(b.endpoints, tmp_path / "dashboard.log")
-        try:
-            yield b, d
-        finally:
-            stop(d.proc)
+        # --sample-ms 500: the charts fill in seconds instead of minutes.
+        with dashboard_process(
+            b.endpoints, log=tmp_path / "dashboard.log", extra_args=("--sample-ms", "500")
+        ) as url:
+            yield b, Dashboard(url)
     finally:
         b.stop()
 
