@@ -5,7 +5,8 @@ Owns: ``view_methods(parts)``, merged into the admin channel's method table (adm
 Each method takes and returns JSON-ready dicts and runs in the executor (blocking reads).
 Must not: change anything; every method here only reads.
 
-Methods: Status {} -> {metrics: Prometheus text, disk_used_ratio, disk_watermark, time_ms};
+Methods: Status {} -> {metrics: Prometheus text, disk_used_ratio, disk_watermark, time_ms, store};
+StoreStatus {} -> the store's health (damaged records, rebuilt queues, scrub, fenced, disk);
 GroupDetail {group, max?} -> the group's lag rows, retries, DLQ size and newest DLQ messages;
 TxnMessage {id} -> the transaction's half message; TopicMessages {topic, max?} -> newest
 messages of a topic, newest first.
@@ -48,6 +49,20 @@ def newest_messages(store: Store, topic: str, queue_count: int, max_count: int) 
     return out[:max_count]
 
 
+def store_status(parts: Parts) -> dict[str, Any]:
+    """The store's health: damaged records found by reads and the scrub, queues rebuilt, scrub
+    progress, and whether writes are refused (fenced, or a full disk)."""
+    store = parts.store
+    return {
+        **store.health.report(),
+        "fenced": store.fenced,
+        "disk_used_ratio": store.disk.used_ratio(store.data_dir),
+        "disk_watermark": store.config.disk_watermark,
+        "log_start_offset": store.log_start_offset,
+        "log_end_offset": store.log_end_offset,
+    }
+
+
 def view_methods(parts: Parts, record_json: RecordJson) -> dict[str, Callable[..., Any]]:
     def status(_: dict[str, Any]) -> Any:
         store = parts.store
@@ -56,6 +71,7 @@ def view_methods(parts: Parts, record_json: RecordJson) -> dict[str, Callable[..
             "disk_used_ratio": store.disk.used_ratio(store.data_dir),
             "disk_watermark": store.config.disk_watermark,
             "time_ms": time.time_ns() // 1_000_000,
+            "store": store_status(parts),
         }
 
     def topic_messages(a: dict[str, Any]) -> Any:
@@ -93,6 +109,7 @@ def view_methods(parts: Parts, record_json: RecordJson) -> dict[str, Callable[..
 
     return {
         "Status": status,
+        "StoreStatus": lambda _a: store_status(parts),
         "TopicMessages": topic_messages,
         "GroupDetail": group_detail,
         "TxnMessage": txn_message,

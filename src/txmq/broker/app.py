@@ -38,6 +38,8 @@ log = logging.getLogger("txmq.broker")
 EXECUTOR_THREADS = 64
 HOUSEKEEPING_PERIOD_S = 1.0
 SNAPSHOT_PERIOD_S = 30.0
+# One scrub step (SCRUB_BYTES_PER_STEP) per period: a 1 GiB log is re-verified every ~4 min.
+SCRUB_PERIOD_S = 1.0
 SHUTDOWN_GRACE_S = 1.0
 
 
@@ -70,6 +72,10 @@ class Loops:
     async def housekeeping(self) -> None:
         self.parts.clients.expire(wall_ms())
 
+    async def scrub(self) -> None:
+        """Re-verify the next stretch of the log and its queue entries (store/repair.py)."""
+        await self.servicer.run(self.parts.store.scrub_step)
+
     async def slow_housekeeping(self) -> None:
         p = self.parts
         await self.servicer.run(p.tx.snapshot)
@@ -82,6 +88,7 @@ class Loops:
             asyncio.create_task(_every(tick_s, self.check_back, "check-back")),
             asyncio.create_task(_every(tick_s, self.release_delayed, "delay")),
             asyncio.create_task(_every(HOUSEKEEPING_PERIOD_S, self.housekeeping, "clients")),
+            asyncio.create_task(_every(SCRUB_PERIOD_S, self.scrub, "scrub")),
             asyncio.create_task(
                 _every(SNAPSHOT_PERIOD_S, self.slow_housekeeping, "snapshot+retention")
             ),

@@ -4,7 +4,9 @@ Owns: the metric objects (sends by type, receives, acks, dead letters, check-bac
 transaction outcomes by source, pending/dead/oldest-pending transaction gauges, durable append
 latency). Every part updates them where the event happens; ``app.serve`` exposes the registry
 on ``--metrics-port``. ``DiskCollector`` reads the store's disk usage and watermark when scraped
-(``txmq_disk_used_ratio``, ``txmq_disk_watermark_ratio``); consumer lag has its collector in
+(``txmq_disk_used_ratio``, ``txmq_disk_watermark_ratio``) and its health
+(``txmq_store_damaged_records``, ``txmq_store_queues_rebuilt``, ``txmq_store_scrub_passes``);
+consumer lag has its collector in
 lag.py. Must not: compute anything else or read other parts' state.
 """
 
@@ -34,6 +36,22 @@ class DiskCollector(Collector):
             "txmq_disk_watermark_ratio",
             "Disk usage above which writes are refused",
             value=self.store.config.disk_watermark,
+        )
+        health = self.store.health.report()
+        yield GaugeMetricFamily(
+            "txmq_store_damaged_records",
+            "Damaged commit-log records found by reads or the scrub (readers skip them)",
+            value=health["damaged_records"],
+        )
+        yield GaugeMetricFamily(
+            "txmq_store_queues_rebuilt",
+            "Consume queues rebuilt from the log because an entry disagreed with it",
+            value=health["queues_rebuilt"],
+        )
+        yield GaugeMetricFamily(
+            "txmq_store_scrub_passes",
+            "Completed scrubs of the whole log",
+            value=health["scrub_passes"],
         )
 
 

@@ -198,7 +198,7 @@ def tail(topic: str, group: str, expr: str, max_messages: int, endpoints: str) -
 
 @click.group()
 def store() -> None:
-    """Offline tools for a data directory."""
+    """Check a data directory offline (verify) or a running broker's store (status)."""
 
 
 @store.command("verify")
@@ -212,6 +212,21 @@ def store_verify(data_dir: Path, as_json: bool) -> None:
         report = verify(data_dir)
     show("store verify", ["check", "result"], [[k, v] for k, v in report.items()], report, as_json)
     if report["problems"]:
+        sys.exit(1)
+
+
+@store.command("status")
+@endpoints_option
+@json_option
+def store_status(endpoints: str, as_json: bool) -> None:
+    """A running broker's store health: damaged records (each found by a read or the background
+    scrub, skipped by readers), consume queues rebuilt from the log, scrub progress, refused
+    writes. Exit code 1 when a record is damaged or writes are fenced."""
+    report = call(endpoints, "StoreStatus", {})
+    rows = [[k, v] for k, v in report.items() if k not in ("ok", "damaged")]
+    rows += [[f"damaged @{d['offset']}", d["reason"]] for d in report.get("damaged", [])]
+    show("store status", ["check", "result"], rows, report, as_json)
+    if report.get("damaged_records") or report.get("fenced"):
         sys.exit(1)
 
 

@@ -251,6 +251,30 @@ class Reader:
                 hi = mid
         return lo
 
+    def scan(self, from_offset: int, max_count: int) -> list[Record]:
+        """See ``Store.scan``. Bounded: each round either fills ``out`` or moves past a
+        damaged record to the next one that verifies."""
+        out: list[Record] = []
+        end = self.dispatcher.end
+        offset = from_offset
+        while len(out) < max_count and offset < end:
+            bad = None
+            for rec, stop in self.log.scan_for_recovery(offset):
+                if rec is None:
+                    bad = stop if stop.bad_reason and stop.offset < end else None
+                    break
+                if rec.physical_offset >= end or len(out) >= max_count:
+                    return out
+                out.append(rec)
+            if bad is None:
+                return out
+            self.health.record_damaged(bad.offset, bad.bad_reason)
+            after = self.log.valid_record_after(bad.offset)
+            if after is None:
+                return out
+            offset = after
+        return out
+
     def _candidates(self, h: int) -> list[int]:
         with self.dispatcher.lock:
             return self.dispatcher.index.candidates(h, floor=self.log.start_offset)

@@ -375,9 +375,10 @@ class Store:
 
     def scan(self, from_offset: int, max_count: int) -> list[Record]:
         """Visible records of every flag in log order from ``from_offset`` (a record
-        boundary; below the log start means from the start)."""
+        boundary; below the log start means from the start). A damaged record is reported in
+        ``health`` and skipped, the scan going on at the next record that verifies."""
         self._check_open()
-        return self.log.scan(from_offset, max_count, self._dispatcher.end)
+        return self._reader.scan(from_offset, max_count)
 
     def queues(self) -> dict[str, int]:
         """Topic -> number of queue ids seen (highest id + 1)."""
