@@ -20,6 +20,7 @@ from rocketmq import TransactionResolution
 from tests.dashboard.conftest import Traffic, artifacts_dir
 from tests.integration import clients
 from txmq.cli.admin_client import call
+from txmq.dashboard.background import dashboard_process
 
 DEADLINE_S = 40.0
 
@@ -141,3 +142,37 @@ def create_and_delete_a_topic(page: Any, url: str) -> None:
     page.click("#confirm-button")
     assert "deleted topic made-in-browser" in page.inner_text("[role=status]")
     assert page.locator("tr[data-topic=made-in-browser]").count() == 0
+
+
+def test_dead_letters_and_a_member_down(live: Any, browser: Any, tmp_path: Any) -> None:
+    """A message its consumer never acks goes to the group's DLQ after 3 deliveries (FAST): the
+    group page shows it. A second dashboard watching two members, one of them nothing, shows
+    that one down and the other up."""
+    broker, dash = live
+    ep = broker.endpoints
+    call(ep, "TopicCreate", {"name": "jobs", "queues": 1, "type": "normal"})
+    producer = clients.producer(ep, ("jobs",))
+    producer.send(clients.message("jobs", b"poison", keys="bad-1"))
+    producer.shutdown()
+    worker = clients.consumer(ep, "workers", "jobs")
+    try:
+        attempts: list[int] = []
+
+        def fail_once_more() -> bool:
+            attempts.extend(m.delivery_attempt for m in worker.receive(1, 1))  # never acked
+            return max(attempts, default=0) >= 3
+
+        wait_for("the third delivery", fail_once_more)
+    finally:
+        worker.shutdown()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    reload_until(page, dash.url + "/groups/workers", "#dlq a", "the dead letter on the page")
+    assert "bad-1" in page.inner_text("#dlq") and "poison" in page.inner_text("#dlq")
+    shot(page, "group-dlq")
+    with dashboard_process(f"{ep},127.0.0.1:9", log=tmp_path / "two.log") as url:
+        reload_until(page, url + "/", "[data-state=down]", "the missing member shown down")
+        assert page.locator("[data-state=up]").count() == 1
+        assert "127.0.0.1:9" in page.inner_text("section[data-member='127.0.0.1:9']")
+        page.goto(url + "/topics")  # pages read from the member that answers
+        assert "jobs" in page.inner_text("#topics")
+        shot(page, "topics-two-members")

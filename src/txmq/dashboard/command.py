@@ -15,6 +15,8 @@ import click
 from txmq import limits
 from txmq.dashboard.link import parse_members
 
+DASHBOARD_LISTEN_BACKLOG = 128
+
 
 @click.command(short_help="Serve the web dashboard.")
 @click.option(
@@ -57,6 +59,9 @@ def serve(
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listening before the line is printed: a client that reads it and connects at once is
+    # queued until uvicorn accepts, instead of refused.
+    sock.listen(DASHBOARD_LISTEN_BACKLOG)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(build_app(members, sample_period_ms=sample_ms), log_level="warning")
     click.echo(f"txmq dashboard on http://{host}:{bound}/ watching {', '.join(members)}")
