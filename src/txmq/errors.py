@@ -302,6 +302,21 @@ class StoreClosedError(StoreError):
         super().__init__("store is closed")
 
 
+# --- Authentication and authorization (txmq/protocol/auth.py, txmq/broker/auth.py). ---------------
+
+
+class UnauthorizedError(TxmqError):
+    """Missing, malformed or wrong credentials: the caller is not known to be who it says."""
+
+    code = CODE_UNAUTHORIZED
+
+
+class ForbiddenError(TxmqError):
+    """A known caller asked for something its ACL entry does not grant."""
+
+    code = CODE_FORBIDDEN
+
+
 # --- Flow control and server state. -------------------------------------------------------------
 
 

@@ -176,3 +176,33 @@ DASHBOARD_SESSIONS_MAX: Final = 1_000
 # follows the broker's cursor.
 DASHBOARD_PAGE_ROWS_MAX: Final = 200
 assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX
+
+
+# --- Authentication and authorization (added with security). -------------------------------------
+# An authorization header longer than this is refused unparsed: the official clients send ~120
+# bytes (scheme, a short access key, one signed header, 40 hex digits).
+AUTH_HEADER_LENGTH_MAX: Final = 1 * KiB
+ACCESS_KEY_LENGTH_MAX: Final = 128
+# Secrets shorter than this are refused at load: an HMAC key of a few characters is guessable
+# offline from one captured header.
+SECRET_KEY_LENGTH_MIN: Final = 16
+SECRET_KEY_LENGTH_MAX: Final = 256
+# How far a signed x-mq-date-time may be from the broker's clock. The signature covers the date
+# only (not the request), so this bounds how long a captured header stays usable.
+AUTH_DATE_SKEW_MS: Final = 15 * 60 * 1000
+# rocketmq-python-client 5.1.2 writes its *local* time with a "Z" suffix, so a correct client
+# may be off by its zone's UTC offset (UTC-12 .. UTC+14) on top of the skew.
+AUTH_ZONE_OFFSET_MS_MAX: Final = 14 * 3600 * 1000
+# Verified (access key, date) -> expected signature entries kept; a client signs a new date each
+# second, so this covers thousands of active clients for one second each.
+AUTH_SIGNATURE_CACHE_MAX: Final = 4096
+# Client ids remembered with the access key that first used them (a client id cannot be taken
+# over by another user's credentials, which would redirect that producer's check-backs).
+AUTH_CLIENT_IDS_MAX: Final = CLIENTS_MAX
+# Users and patterns in one ACL file.
+ACL_USERS_MAX: Final = 10_000
+ACL_PATTERNS_PER_USER_MAX: Final = 1_000
+ACL_FILE_SIZE_MAX: Final = 4 * MiB
+assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
+assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
+assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX

@@ -25,12 +25,15 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits, malloc
 from txmq.broker.admin import add_admin
+from txmq.broker.auth import Guard, open_broker_notice, read_acl_file
 from txmq.broker.checkback import CheckBack
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.data import add_data
+from txmq.broker.edge import AuthInterceptor
 from txmq.broker.parts import Parts, wall_ms
 from txmq.broker.server import MessagingServicer
+from txmq.broker.tls import server_credentials
 from txmq.errors import invariant
 
 log = logging.getLogger("txmq.broker")
@@ -95,10 +98,13 @@ class Loops:
         ]
 
 
-def _bind(server: Any, config: BrokerConfig) -> int:
+def _bind(server: Any, config: BrokerConfig, credentials: Any | None) -> int:
     address = f"{config.host}:{config.port}"
     try:
-        port = int(server.add_insecure_port(address))
+        if credentials is not None:  # TLS only: no plaintext port beside it
+            port = int(server.add_secure_port(address, credentials))
+        else:
+            port = int(server.add_insecure_port(address))
     except RuntimeError as exc:  # newer grpc raises instead of returning 0
         raise OSError(f"cannot bind {address}: {exc}") from exc
     if port == 0:
@@ -122,29 +128,41 @@ async def serve(
     *,
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
+    hangup: asyncio.Event | None = None,
 ) -> None:
     """Run one broker until ``stop`` is set; ``ready(port)`` is called once it accepts RPCs.
 
     Raises:
         OSError: the port cannot be bound.
-        TxmqError: the data directory cannot be opened (e.g. StoreFencedError).
+        TxmqError: the data directory cannot be opened (e.g. StoreFencedError), the ACL or a
+            TLS file is refused (ConfigError).
+
+    ``hangup`` (set on SIGHUP by ``run``) re-reads the ACL file; a bad file keeps the old rules.
     """
+    # Refused before the data directory is touched: a broker never runs with rules it misread.
+    acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
+    credentials = server_credentials(config)
+    open_broker_notice(config.acl_file)
     executor = ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io")
     parts = Parts(config)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []
+    guard = None
+    if acl is not None and config.acl_file is not None:
+        guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
     server = grpc.aio.server(
+        interceptors=[AuthInterceptor(guard, wall_ms)] if guard is not None else None,
         options=[
             ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             # grpc enables SO_REUSEPORT by default, which lets a second broker bind the same
             # port and silently take half the connections.
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     consume: ConsumeRpcs | None = None
     try:
-        port = _bind(server, config)
+        port = _bind(server, config, credentials)
         endpoint = (advertised_host(config), port)
         consume = ConsumeRpcs(
             store=parts.store,
@@ -178,11 +196,23 @@ async def serve(
         await server.start()
         await consume.start()
         tasks = Loops(parts, servicer).start(config.tick_ms / 1000.0)
+        if guard is not None and hangup is not None:
+            tasks.append(asyncio.create_task(_reload_on(hangup, guard)))
         if ready is not None:
             ready(port)
         await (stop or asyncio.Event()).wait()
     finally:
         await _shutdown(server, tasks, consume, executor, parts, metrics_http)
+
+
+async def _reload_on(hangup: asyncio.Event, guard: Guard) -> None:
+    """Re-read the ACL file each time ``hangup`` is set (off the loop: it reads a file)."""
+    while True:
+        await hangup.wait()
+        hangup.clear()
+        acl = await asyncio.to_thread(guard.reload_read)
+        if acl is not None:
+            guard.replace(acl)
 
 
 async def _shutdown(
@@ -223,12 +253,14 @@ def run(config: BrokerConfig) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        hangup = asyncio.Event()
+        loop.add_signal_handler(signal.SIGHUP, hangup.set)
 
         def ready(port: int) -> None:
             invariant(port > 0, "the bound port is known")
             malloc.collect_less_often()  # after recovery: what it built lives as long
             print(f"txmq broker listening on {config.host}:{port}", flush=True)
 
-        await serve(config, ready=ready, stop=stop)
+        await serve(config, ready=ready, stop=stop, hangup=hangup)
 
     asyncio.run(main())

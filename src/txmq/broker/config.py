@@ -38,6 +38,13 @@ class BrokerConfig:
     long_polling_timeout_ms: int = limits.LONG_POLLING_TIMEOUT_MS_MAX
     # How often background loops (check-back, redelivery, delay) wake up.
     tick_ms: int = 200
+    # Security (docs/security.md). Without an ACL file every caller may do everything.
+    acl_file: Path | None = None
+    # PEM files: with a certificate and its key the port serves TLS only; with a client CA it
+    # also requires a client certificate signed by it (mutual TLS).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -65,3 +72,7 @@ class BrokerConfig:
             raise ConfigError("need 0 < retry_backoff_initial_ms <= retry_backoff_max_ms")
         if not 10 <= self.tick_ms <= 10_000:
             raise ConfigError("tick_ms must be 10..10000")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together (a certificate and its key)")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_client_ca needs tls_cert and tls_key (mutual TLS is TLS)")

@@ -25,7 +25,16 @@ from txmq.store.config import StoreConfig
 BROKER_FIELDS = {f.name: str(f.type) for f in fields(BrokerConfig) if f.name != "store"}
 STORE_FIELDS = {f.name: str(f.type) for f in fields(StoreConfig)}
 # Environment variables that belong to client commands or tests, never to the broker.
-ENV_NOT_BROKER = frozenset({"TXMQ_ENDPOINTS", "TXMQ_SEED"})
+ENV_NOT_BROKER = frozenset(
+    {
+        "TXMQ_ENDPOINTS",
+        "TXMQ_SEED",
+        "TXMQ_ACCESS_KEY",
+        "TXMQ_SECRET_KEY",
+        "TXMQ_TLS",
+        "TXMQ_CA_FILE",
+    }
+)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -57,7 +66,7 @@ def parse_value(kind: str, value: Any, source: str, *, from_text: bool = False) 
             if isinstance(value, FlushMode):
                 return value
             return FlushMode(str(value).strip().lower())
-        if kind == "Path":
+        if kind in ("Path", "Path | None"):
             if isinstance(value, Path) or (isinstance(value, str) and value.strip()):
                 return Path(value)
             raise ValueError("a path")
@@ -78,6 +87,7 @@ def _expected(kind: str) -> str:
         "float": "a number",
         "bool": "true or false",
         "Path": "a path",
+        "Path | None": "a path",
     }.get(kind, "a string")
 
 

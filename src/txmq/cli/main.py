@@ -140,6 +140,18 @@ def cli() -> None:
 @click.option("--retry-backoff-initial-ms", type=int, help="First redelivery backoff (1000).")
 @click.option("--segment-size-bytes", type=int, help="Commit-log segment size (1 GiB).")
 @click.option("--flush-mode", type=click.Choice(["sync", "async"]), help="Durability (sync).")
+@click.option(
+    "--acl-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Users and rights (TOML, mode 600); without it the broker is open. SIGHUP reloads.",
+)
+@click.option("--tls-cert", type=click.Path(path_type=Path, dir_okay=False), help="PEM cert.")
+@click.option("--tls-key", type=click.Path(path_type=Path, dir_okay=False), help="PEM key.")
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Require client certificates signed by this CA (PEM).",
+)
 def broker(config_file: Path | None, **flags: Any) -> None:
     """Start a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly).
 

@@ -494,6 +494,13 @@ class Transactions:
         with self._lock:
             return [dataclasses.replace(t) for t in self.book.dead.values()]
 
+    def topic_of(self, transaction_id: str) -> str | None:
+        """The real topic of a pending or dead transaction (None when not tracked): what the
+        broker's ACL checks a decision against, whatever topic the request names."""
+        with self._lock:
+            txn = self.book.pending.get(transaction_id) or self.book.dead.get(transaction_id)
+            return None if txn is None else txn.topic
+
     def show(self, transaction_id: str) -> dict[str, object]:
         """Everything known about one transaction, JSON-ready.
 

@@ -1,0 +1,282 @@
+"""Who may do what on this broker: the ACL file, signature checks and the per-RPC rules.
+
+Owns: reading the ACL file (refused when group or others may read it), the current rules and
+their reload, authenticating one call's metadata (``Guard.authenticate``, with a cache of
+verified signatures per access key and date), the binding of client ids to the access key that
+first used them, and the rights each RPC needs (``RULES``, ``DATA_RULES``). The interceptor that
+applies them at the edge of the server is txmq/broker/edge.py.
+Must not: block the event loop beyond a dictionary lookup and one HMAC, or log a secret.
+
+Rights per RPC (docs/security.md):
+- SendMessage, EndTransaction (the producer's decision and its answer to a check-back),
+  RecallMessage: publish on the message's topic; EndTransaction also on the topic the broker
+  recorded for that transaction, so a publisher of one topic cannot decide another's.
+- ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue,
+  PullMessage, Update/Get/QueryOffset, QueryAssignment: subscribe on the topic and the group.
+- QueryRoute: publish or subscribe on the topic (a route may create the topic).
+- Heartbeat, NotifyClientTermination: the group when one is named.
+- Telemetry: credentials once, when the stream opens; publishing topics a user may not publish
+  are dropped from its Settings, so it is never asked to check back another topic's messages.
+- The admin channel: admin. The data channel: subscribe on the topic for PullRecords and
+  QueueOffsets, admin for anything else (fail closed for methods added later).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import stat
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Final
+
+from txmq import limits
+from txmq.errors import ConfigError, ForbiddenError, UnauthorizedError, invariant
+from txmq.protocol import auth
+from txmq.protocol.acl import Acl, User, parse_acl
+
+log = logging.getLogger("txmq.broker")
+
+TransactionTopic = Callable[[str], str | None]
+
+
+def read_acl_file(path: Path) -> Acl:
+    """Read and parse an ACL file, refusing one that others could read.
+
+    Raises:
+        ConfigError: unreadable, group- or world-readable or -writable, too large, or
+            malformed (one line naming the file and the key).
+    """
+    try:
+        info = path.stat()
+        if stat.S_IMODE(info.st_mode) & 0o066:
+            raise ConfigError(
+                f"{path}: mode {stat.S_IMODE(info.st_mode):04o} lets group or others read or "
+                "write the secrets; chmod 600 it"
+            )
+        if info.st_size > limits.ACL_FILE_SIZE_MAX:
+            raise ConfigError(f"{path}: larger than {limits.ACL_FILE_SIZE_MAX} bytes")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read ACL file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text") from exc
+    return parse_acl(text, str(path))
+
+
+def metadata_value(metadata: Iterable[Any] | None, name: str) -> str:
+    for key, value in metadata or ():
+        if key == name:
+            return value if isinstance(value, str) else ""
+    return ""
+
+
+class Guard:
+    """The current ACL and the authentication state that goes with it. Event loop only."""
+
+    def __init__(self, acl: Acl, *, source: Path, transaction_topic: TransactionTopic) -> None:
+        self.acl = acl
+        self.source = source
+        self.transaction_topic = transaction_topic
+        # (access key, date text) -> (expected signature, date in ms).
+        self._signatures: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
+        # Client id -> access key that first used it.
+        self._client_ids: OrderedDict[str, str] = OrderedDict()
+
+    def replace(self, acl: Acl) -> None:
+        """Take new rules; cached signatures were computed with the old secrets."""
+        self.acl = acl
+        self._signatures.clear()
+        self._client_ids.clear()
+
+    def reload_read(self) -> Acl | None:
+        """Re-read the ACL file (SIGHUP; any thread): the new rules, or None when the file is
+        refused, which is logged and keeps the old rules. ``replace`` installs them."""
+        try:
+            acl = read_acl_file(self.source)
+        except ConfigError as exc:
+            log.error("ACL reload refused, keeping the previous rules: %s", exc)
+            return None
+        log.info("ACL reloaded from %s: %d users", self.source, len(acl.users))
+        return acl
+
+    def authenticate(self, metadata: Iterable[Any] | None, now_ms: int) -> User:
+        """The user whose valid signature ``metadata`` carries.
+
+        Raises:
+            UnauthorizedError: no, malformed, stale or wrong credentials, an unknown access key,
+                or a client id already used with another access key.
+        """
+        pairs = tuple(metadata or ())
+        header = auth.parse_authorization(metadata_value(pairs, auth.HEADER_AUTHORIZATION))
+        date = metadata_value(pairs, auth.HEADER_DATE)
+        key = (header.access_key, date)
+        cached = self._signatures.get(key)
+        user = self.acl.user(header.access_key)
+        if user is None:
+            raise UnauthorizedError(f"unknown access key {header.access_key!r}")
+        if cached is None:
+            date_ms = auth.parse_date_ms(date)
+            expected = auth.sign(user.secret_key, date)
+        else:
+            expected, date_ms = cached
+        auth.check_date(date_ms, now_ms)
+        if not auth.signature_matches(header.signature, expected):
+            raise UnauthorizedError(f"wrong signature for access key {header.access_key!r}")
+        if cached is None:
+            self._signatures[key] = (expected, date_ms)
+            if len(self._signatures) > limits.AUTH_SIGNATURE_CACHE_MAX:
+                self._signatures.popitem(last=False)
+        self._bind_client_id(metadata_value(pairs, "x-mq-client-id"), user)
+        return user
+
+    def _bind_client_id(self, client_id: str, user: User) -> None:
+        if not client_id:
+            return
+        owner = self._client_ids.get(client_id)
+        if owner is None:
+            self._client_ids[client_id] = user.access_key
+            if len(self._client_ids) > limits.AUTH_CLIENT_IDS_MAX:
+                self._client_ids.popitem(last=False)
+            return
+        if owner != user.access_key:
+            raise UnauthorizedError(f"client id {client_id!r} is in use by another access key")
+        self._client_ids.move_to_end(client_id)
+
+
+# --- Rights. ------------------------------------------------------------------------------------
+
+
+def need_publish(user: User, topic: str) -> None:
+    if not user.publish.allows(topic):
+        raise ForbiddenError(f"access key {user.access_key!r} may not publish to topic {topic!r}")
+
+
+def need_subscribe(user: User, topic: str, group: str | None) -> None:
+    if not user.subscribe.allows(topic):
+        raise ForbiddenError(f"access key {user.access_key!r} may not subscribe to topic {topic!r}")
+    if group is not None:
+        need_group(user, group)
+
+
+def need_group(user: User, group: str) -> None:
+    if not user.groups.allows(group):
+        raise ForbiddenError(f"access key {user.access_key!r} may not use group {group!r}")
+
+
+def need_admin(guard: Guard, user: User, request: Any) -> None:
+    if not user.admin:
+        raise ForbiddenError(f"access key {user.access_key!r} is not an admin")
+
+
+def _nothing(guard: Guard, user: User, request: Any) -> None:
+    """Authenticated is enough."""
+
+
+def _route(guard: Guard, user: User, request: Any) -> None:
+    topic = request.topic.name
+    if not (user.publish.allows(topic) or user.subscribe.allows(topic)):
+        raise ForbiddenError(
+            f"access key {user.access_key!r} may neither publish nor subscribe to topic {topic!r}"
+        )
+
+
+def _named_group(guard: Guard, user: User, request: Any) -> None:
+    if request.group.name:
+        need_group(user, request.group.name)
+
+
+def _send(guard: Guard, user: User, request: Any) -> None:
+    for message in request.messages:
+        need_publish(user, message.topic.name)
+
+
+def _end(guard: Guard, user: User, request: Any) -> None:
+    need_publish(user, request.topic.name)
+    recorded = guard.transaction_topic(request.transaction_id)
+    if recorded is not None and recorded != request.topic.name:
+        need_publish(user, recorded)
+
+
+def _topic_group(guard: Guard, user: User, request: Any) -> None:
+    need_subscribe(user, request.topic.name, request.group.name)
+
+
+def _queue_group(guard: Guard, user: User, request: Any) -> None:
+    need_subscribe(user, request.message_queue.topic.name, request.group.name)
+
+
+def _queue(guard: Guard, user: User, request: Any) -> None:
+    need_subscribe(user, request.message_queue.topic.name, None)
+
+
+def _recall(guard: Guard, user: User, request: Any) -> None:
+    need_publish(user, request.topic.name)
+
+
+Rule = Callable[[Guard, User, Any], None]
+
+# apache.rocketmq.v2.MessagingService: method -> the rights its request needs. A method not
+# listed needs admin (fail closed).
+RULES: Final[dict[str, Rule]] = {
+    "QueryRoute": _route,
+    "Heartbeat": _named_group,
+    "SendMessage": _send,
+    "QueryAssignment": _topic_group,
+    "ReceiveMessage": _queue_group,
+    "AckMessage": _topic_group,
+    "ForwardMessageToDeadLetterQueue": _topic_group,
+    "EndTransaction": _end,
+    "Telemetry": _nothing,
+    "NotifyClientTermination": _named_group,
+    "ChangeInvisibleDuration": _topic_group,
+    "PullMessage": _queue_group,
+    "UpdateOffset": _queue_group,
+    "GetOffset": _queue_group,
+    "QueryOffset": _queue,
+    "RecallMessage": _recall,
+    "SyncLiteSubscription": _nothing,
+}
+
+
+def _data_topic(guard: Guard, user: User, body: Any) -> None:
+    """The data channel's reads: subscribe on the topic named in the JSON body."""
+    try:
+        args = json.loads(body or b"{}")
+    except ValueError:
+        args = None
+    if not isinstance(args, dict) or not isinstance(args.get("topic"), str):
+        need_admin(guard, user, body)  # an unreadable body: only an admin gets to the handler
+        return
+    need_subscribe(user, args["topic"], None)
+
+
+DATA_RULES: Final[dict[str, Rule]] = {
+    "PullRecords": _data_topic,
+    "QueueOffsets": _data_topic,
+}
+invariant(all(callable(r) for r in RULES.values()), "every rule is callable")
+
+
+def drop_unpublishable(user: User, settings: Any) -> list[str]:
+    """Remove from a Telemetry Settings the publishing topics ``user`` may not publish to (in
+    place); returns their names for the log."""
+    topics = settings.publishing.topics
+    refused = [t.name for t in topics if not user.publish.allows(t.name)]
+    if refused:
+        kept = [t for t in topics if user.publish.allows(t.name)]
+        copies = [type(t)() for t in kept]
+        for copy, original in zip(copies, kept, strict=True):
+            copy.CopyFrom(original)
+        del topics[:]
+        topics.extend(copies)
+    return refused
+
+
+def open_broker_notice(acl_file: Path | None) -> None:
+    if acl_file is None:
+        log.warning(
+            "no --acl-file: this broker is open; anyone who reaches the port may send, "
+            "consume, decide transactions and administer it (docs/security.md)"
+        )

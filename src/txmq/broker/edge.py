@@ -1,0 +1,172 @@
+"""The authorization interceptor: every RPC passes ``Guard`` before its handler runs.
+
+Owns: wrapping each registered method handler once (cached by method name, so a call costs a
+dictionary lookup, not a new handler) with a check of the caller's credentials and rights, and
+the shape of a refusal in each service's own response type: a v2 RPC answers its own response
+message with Status UNAUTHORIZED (40100) or FORBIDDEN (40300) and a message naming what was
+refused; the admin channel answers ``{"ok": false, "code", "error"}``; the data channel the same
+header in its framing. Telemetry is checked once, when the stream opens.
+Must not: hold rules (txmq/broker/auth.py) or touch the handlers' logic. Installed only with an
+ACL file: an open broker pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2 as sv
+
+from txmq.broker.admin import SERVICE as ADMIN_SERVICE
+from txmq.broker.auth import DATA_RULES, RULES, Guard, Rule, drop_unpublishable, need_admin
+from txmq.broker.data import SERVICE as DATA_SERVICE
+from txmq.broker.data import frame
+from txmq.errors import ForbiddenError, TxmqError, UnauthorizedError, invariant
+from txmq.protocol import mapping
+
+log = logging.getLogger("txmq.broker")
+
+V2_SERVICE: Final = "apache.rocketmq.v2.MessagingService"
+# Methods one server registers (17 v2 RPCs and the txmq channels); the handler cache is bounded
+# by what the server registered, this only asserts it.
+METHODS_MAX: Final = 64
+Refusal = Callable[[TxmqError], Any]
+Refused = (UnauthorizedError, ForbiddenError)
+
+
+def _v2_refusal(name: str) -> Refusal:
+    response = sv.TelemetryCommand if name == "Telemetry" else getattr(sv, f"{name}Response")
+
+    def refuse(exc: TxmqError) -> Any:
+        return response(status=mapping.error_status(exc))
+
+    return refuse
+
+
+def _json_refusal(exc: TxmqError) -> bytes:
+    return json.dumps({"ok": False, "code": exc.code, "error": str(exc)}).encode()
+
+
+def _data_refusal(exc: TxmqError) -> bytes:
+    return frame({"ok": False, "code": exc.code, "error": str(exc)}, [])
+
+
+def _plan(method: str) -> tuple[Rule, Refusal | None]:
+    """The rule and the refusal shape of a full method name ``/service/Method``."""
+    service, _, name = method.lstrip("/").partition("/")
+    if service == V2_SERVICE:
+        return RULES.get(name, need_admin), _v2_refusal(name)
+    if service == ADMIN_SERVICE:
+        return need_admin, _json_refusal
+    if service == DATA_SERVICE:
+        return DATA_RULES.get(name, need_admin), _data_refusal
+    return need_admin, None  # e.g. health or reflection services: admins only
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self, guard: Guard, now_ms: Callable[[], int]) -> None:
+        self.guard = guard
+        self.now_ms = now_ms
+        self._handlers: dict[str, Any] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        method = details.method
+        wrapped = self._handlers.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
+        if handler is None:  # not a registered method: gRPC answers UNIMPLEMENTED
+            return None
+        wrapped = self._wrap(handler, method)
+        self._handlers[method] = wrapped
+        invariant(len(self._handlers) <= METHODS_MAX, "only registered methods are cached")
+        return wrapped
+
+    def check(self, context: Any, rule: Rule, request: Any) -> Any:
+        """The authenticated user, after ``rule`` allowed ``request``; raises the refusal."""
+        user = self.guard.authenticate(context.invocation_metadata(), self.now_ms())
+        rule(self.guard, user, request)
+        return user
+
+    def _wrap(self, handler: Any, method: str) -> Any:
+        rule, refuse = _plan(method)
+        kinds = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(
+                self._stream_stream(handler.stream_stream, method, rule, refuse), **kinds
+            )
+        invariant(not handler.request_streaming, f"{method}: no client-streaming RPCs")
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._unary_stream(handler.unary_stream, method, rule, refuse), **kinds
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            self._unary_unary(handler.unary_unary, method, rule, refuse), **kinds
+        )
+
+    async def _refused(self, context: Any, method: str, exc: TxmqError, refuse: Any) -> Any:
+        log.warning("refused %s from %s: %s", method, context.peer(), exc)
+        if refuse is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        return refuse(exc)
+
+    def _unary_unary(
+        self, behavior: Any, method: str, rule: Rule, refuse: Refusal | None
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def call(request: Any, context: Any) -> Any:
+            try:
+                self.check(context, rule, request)
+            except Refused as exc:
+                return await self._refused(context, method, exc, refuse)
+            return await behavior(request, context)
+
+        return call
+
+    def _unary_stream(
+        self, behavior: Any, method: str, rule: Rule, refuse: Refusal | None
+    ) -> Callable[[Any, Any], AsyncIterator[Any]]:
+        async def call(request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                self.check(context, rule, request)
+            except Refused as exc:
+                yield await self._refused(context, method, exc, refuse)
+                return
+            async for item in behavior(request, context):
+                yield item
+
+        return call
+
+    def _stream_stream(
+        self, behavior: Any, method: str, rule: Rule, refuse: Refusal | None
+    ) -> Callable[[Any, Any], AsyncIterator[Any]]:
+        async def call(requests: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                user = self.check(context, rule, None)
+            except Refused as exc:
+                yield await self._refused(context, method, exc, refuse)
+                return
+
+            async def allowed() -> AsyncIterator[Any]:
+                async for command in requests:
+                    if method.endswith("/Telemetry") and command.HasField("settings"):
+                        dropped = drop_unpublishable(user, command.settings)
+                        if dropped:
+                            log.warning(
+                                "telemetry of %r: not a publisher of %s; no check-backs for those",
+                                user.access_key,
+                                dropped,
+                            )
+                    yield command
+
+            async for item in behavior(allowed(), context):
+                yield item
+
+        return call

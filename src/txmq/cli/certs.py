@@ -1,0 +1,109 @@
+"""Throwaway certificates for TLS on one machine: a CA, a server certificate, a client one.
+
+Owns: generating them with the ``cryptography`` package (a dev/demo dependency: import this
+module only when certificates are wanted) and writing them as PEM files, private keys at mode
+600. Used by ``txmq demo --secure`` and the TLS tests. Must not: serve a real deployment (the
+certificates live one day; docs/security.md says how to bring your own).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# A demo or a test run lasts minutes; a day leaves room for clock skew and slow machines.
+VALIDITY = datetime.timedelta(days=1)
+CA_NAME = "txmq throwaway CA"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Paths of one throwaway PKI."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    ca_key: ec.EllipticCurvePrivateKey,
+    *,
+    hosts: tuple[str, ...] = (),
+    usage: x509.ObjectIdentifier | None = None,
+) -> x509.Certificate:
+    """A certificate for ``key`` signed by ``ca_key``; a CA certificate when ``usage`` is None."""
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(CA_NAME))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=usage is None, path_length=None), critical=True)
+    )
+    if hosts:
+        names: list[x509.GeneralName] = []
+        for host in hosts:
+            try:
+                names.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                names.append(x509.DNSName(host))
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def _write(path: Path, data: bytes, mode: int) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.chmod(path, mode)
+    return path
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def make_bundle(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Bundle:
+    """Write a CA, a server certificate for ``hosts`` and a client certificate into
+    ``directory`` (keys mode 600, certificates 644)."""
+    assert hosts, "a server certificate names at least one host"
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = _certificate(CA_NAME, ca_key, ca_key)
+    server = _certificate(
+        hosts[0], server_key, ca_key, hosts=hosts, usage=ExtendedKeyUsageOID.SERVER_AUTH
+    )
+    client = _certificate("txmq client", client_key, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    pem = serialization.Encoding.PEM
+    return Bundle(
+        ca=_write(directory / "ca.pem", ca.public_bytes(pem), 0o644),
+        server_cert=_write(directory / "server.pem", server.public_bytes(pem), 0o644),
+        server_key=_write(directory / "server.key", _key_pem(server_key), 0o600),
+        client_cert=_write(directory / "client.pem", client.public_bytes(pem), 0o644),
+        client_key=_write(directory / "client.key", _key_pem(client_key), 0o600),
+    )
