@@ -306,6 +306,11 @@ def test_the_admin_channel_needs_admin(secure: BrokerProcess, pki: Bundle) -> No
     refused = admin(secure, pki, "TxnResolve", {"id": "x", "action": "commit"}, "inventory-app")
     assert refused["code"] == pb.FORBIDDEN
     assert admin(secure, pki, "TopicDescribe", {"name": TOPIC}, "ops")["ok"]
+    # A lookup by key within one topic reads what a subscriber of it may read, no more.
+    find = {"topic": TOPIC, "key": "k"}
+    assert admin(secure, pki, "MessageFind", find, "inventory-app")["ok"]
+    assert admin(secure, pki, "MessageFind", find, "orders-app")["code"] == pb.FORBIDDEN
+    assert admin(secure, pki, "MessageFind", {"key": "k"}, "inventory-app")["code"] == pb.FORBIDDEN
 
 
 def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, pki: Bundle) -> None:

@@ -17,8 +17,9 @@ Rights per RPC (docs/security.md):
 - Heartbeat, NotifyClientTermination: the group when one is named.
 - Telemetry: credentials once, when the stream opens; publishing topics a user may not publish
   are dropped from its Settings, so it is never asked to check back another topic's messages.
-- The admin channel: admin. The data channel: subscribe on the topic for PullRecords and
-  QueueOffsets, admin for anything else (fail closed for methods added later).
+- The admin channel: admin; MessageFind within one topic: subscribe on it (the Spark sink reads
+  its ledger so). The data channel: subscribe on the topic for PullRecords and QueueOffsets.
+  Any method not listed needs admin (fail closed for methods added later).
 """
 
 from __future__ import annotations
@@ -241,7 +242,7 @@ RULES: Final[dict[str, Rule]] = {
 
 
 def _data_topic(guard: Guard, user: User, body: Any) -> None:
-    """The data channel's reads: subscribe on the topic named in the JSON body."""
+    """Reads of the txmq channels: subscribe on the topic named in the JSON body."""
     try:
         args = json.loads(body or b"{}")
     except ValueError:
@@ -255,6 +256,11 @@ def _data_topic(guard: Guard, user: User, body: Any) -> None:
 DATA_RULES: Final[dict[str, Rule]] = {
     "PullRecords": _data_topic,
     "QueueOffsets": _data_topic,
+}
+# The admin channel: admin, except a lookup by key within one topic, which reads no more than
+# a subscriber of that topic may (the Spark sink reads its ledger topic that way).
+ADMIN_RULES: Final[dict[str, Rule]] = {
+    "MessageFind": _data_topic,
 }
 invariant(all(callable(r) for r in RULES.values()), "every rule is callable")
 

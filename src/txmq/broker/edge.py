@@ -21,7 +21,15 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from txmq.broker.admin import SERVICE as ADMIN_SERVICE
-from txmq.broker.auth import DATA_RULES, RULES, Guard, Rule, drop_unpublishable, need_admin
+from txmq.broker.auth import (
+    ADMIN_RULES,
+    DATA_RULES,
+    RULES,
+    Guard,
+    Rule,
+    drop_unpublishable,
+    need_admin,
+)
 from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.data import frame
 from txmq.errors import ForbiddenError, TxmqError, UnauthorizedError, invariant
@@ -60,7 +68,7 @@ def _plan(method: str) -> tuple[Rule, Refusal | None]:
     if service == V2_SERVICE:
         return RULES.get(name, need_admin), _v2_refusal(name)
     if service == ADMIN_SERVICE:
-        return need_admin, _json_refusal
+        return ADMIN_RULES.get(name, need_admin), _json_refusal
     if service == DATA_SERVICE:
         return DATA_RULES.get(name, need_admin), _data_refusal
     return need_admin, None  # e.g. health or reflection services: admins only
