@@ -406,3 +406,28 @@ def test_a_bad_acl_file_is_refused_at_start_in_one_line(
     assert str(acl) in lines[0] and says in lines[0]
     assert not any(v in lines[0] for v in [*SECRETS.values(), "0123456789abcdef"])
     assert not (tmp_path / "d").exists()  # refused before the data directory is touched
+
+
+def test_the_cli_over_tls_with_credentials(secure: BrokerProcess, pki: Bundle) -> None:
+    from tests.cli.test_cli import txmq
+
+    ep = ["--endpoints", secure.endpoints, "--ca-file", str(pki.ca)]
+    orders = ["--access-key", "orders-app", "--secret-key", SECRETS["orders-app"]]
+    sent = txmq("send", TOPIC, "from-cli", *ep, *orders)
+    assert sent.returncode == 0, sent.stderr
+    # Without admin rights: refused, one line, exit 1, the topic still there.
+    for args in (("topic", "delete", TOPIC), ("txn", "resolve", "some-id", "commit")):
+        r = txmq(*args, *ep, *orders)
+        assert r.returncode == 1, r
+        assert r.stderr.strip() == "txmq: access key 'orders-app' is not an admin", r.stderr
+    wrong = txmq("topic", "list", *ep, "--access-key", "ops", "--secret-key", "not-it-0123456789")
+    assert wrong.returncode == 1 and wrong.stderr.startswith("txmq: wrong signature"), wrong
+    half = txmq("topic", "list", *ep, "--access-key", "ops")
+    assert half.returncode == 2 and half.stderr.count("\n") == 1, half
+    assert "txmq: --access-key and --secret-key go together" in half.stderr
+    env = {"TXMQ_ACCESS_KEY": "ops", "TXMQ_SECRET_KEY": SECRETS["ops"]}
+    listed = txmq("topic", "list", "--json", *ep, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert TOPIC in {t["name"] for t in json.loads(listed.stdout)["topics"]}
+    plain = txmq("topic", "list", "--endpoints", secure.endpoints, env=env)
+    assert plain.returncode == 3, plain  # plaintext to a TLS port: nothing answers

@@ -18,7 +18,8 @@ Rights per RPC (docs/security.md):
 - Telemetry: credentials once, when the stream opens; publishing topics a user may not publish
   are dropped from its Settings, so it is never asked to check back another topic's messages.
 - The admin channel: admin; MessageFind within one topic: subscribe on it (the Spark sink reads
-  its ledger so). The data channel: subscribe on the topic for PullRecords and QueueOffsets.
+  its ledger so); TopicDescribe: publish or subscribe on the topic (``txmq send``/``consume``
+  check the topic first). The data channel: subscribe on the topic for PullRecords and QueueOffsets.
   Any method not listed needs admin (fail closed for methods added later).
 """
 
@@ -241,16 +242,40 @@ RULES: Final[dict[str, Rule]] = {
 }
 
 
-def _data_topic(guard: Guard, user: User, body: Any) -> None:
-    """Reads of the txmq channels: subscribe on the topic named in the JSON body."""
+def _json_name(body: Any, field: str) -> str | None:
+    """The string ``field`` of a JSON request body, None when the body is not that."""
     try:
         args = json.loads(body or b"{}")
     except ValueError:
-        args = None
-    if not isinstance(args, dict) or not isinstance(args.get("topic"), str):
-        need_admin(guard, user, body)  # an unreadable body: only an admin gets to the handler
+        return None
+    value = args.get(field) if isinstance(args, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _data_topic(guard: Guard, user: User, body: Any) -> None:
+    """Reads of the txmq channels: subscribe on the topic named in the JSON body (an admin may
+    read everything already: MessageShow)."""
+    topic = _json_name(body, "topic")
+    if user.admin:
         return
-    need_subscribe(user, args["topic"], None)
+    if topic is None:
+        need_admin(guard, user, body)  # no topic named: only an admin gets to the handler
+        return
+    need_subscribe(user, topic, None)
+
+
+def _json_topic_any(guard: Guard, user: User, body: Any) -> None:
+    """Topic metadata: publish or subscribe on the topic named ``name`` in the JSON body."""
+    topic = _json_name(body, "name")
+    if user.admin:
+        return
+    if topic is None:
+        need_admin(guard, user, body)
+        return
+    if not (user.publish.allows(topic) or user.subscribe.allows(topic)):
+        raise ForbiddenError(
+            f"access key {user.access_key!r} may neither publish nor subscribe to topic {topic!r}"
+        )
 
 
 DATA_RULES: Final[dict[str, Rule]] = {
@@ -261,6 +286,7 @@ DATA_RULES: Final[dict[str, Rule]] = {
 # a subscriber of that topic may (the Spark sink reads its ledger topic that way).
 ADMIN_RULES: Final[dict[str, Rule]] = {
     "MessageFind": _data_topic,
+    "TopicDescribe": _json_topic_any,
 }
 invariant(all(callable(r) for r in RULES.values()), "every rule is callable")
 

@@ -10,11 +10,13 @@ Must not: retry (a script decides whether to retry, from the exit code).
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import grpc
 
 from txmq import limits
+from txmq.cli.security import current
 from txmq.errors import (
     CODE_BAD_REQUEST,
     CODE_INTERNAL_ERROR,
@@ -24,6 +26,7 @@ from txmq.errors import (
     NotFoundError,
     TxmqError,
 )
+from txmq.protocol.client_security import ClientSecurity, open_channel
 
 SERVICE = "txmq.admin.v1.Admin"
 
@@ -36,17 +39,27 @@ class RemoteError(TxmqError):
         self.code = code
 
 
-def call(endpoints: str, method: str, args: dict[str, Any], *, timeout_s: float = 10.0) -> Any:
-    """Call one admin method; returns the decoded result.
+def call(
+    endpoints: str,
+    method: str,
+    args: dict[str, Any],
+    *,
+    timeout_s: float = 10.0,
+    security: ClientSecurity | None = None,
+) -> Any:
+    """Call one admin method; returns the decoded result. ``security`` defaults to the running
+    command's options (cli/security.py): credentials sign the call, TLS wraps it.
 
     Raises:
         BrokerUnavailableError: nothing answers at ``endpoints``.
         NotFoundError / BadRequestError / RemoteError: the broker refused the request.
     """
-    channel = grpc.insecure_channel(endpoints)
+    chosen = security if security is not None else current()
+    channel = open_channel(endpoints, chosen)
     try:
         stub = channel.unary_unary(f"/{SERVICE}/{method}")
-        raw = stub(json.dumps(args).encode(), timeout=timeout_s)
+        metadata = chosen.metadata(time.time_ns() // 1_000_000)
+        raw = stub(json.dumps(args).encode(), metadata=metadata, timeout=timeout_s)
     except grpc.RpcError as exc:
         status = exc.code() if isinstance(exc, grpc.Call) else None
         if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, None):

@@ -16,16 +16,24 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq.cli.admin_client import call, call_pages
+from txmq.cli.security import F, security_options
 from txmq.errors import NotFoundError
 
 console = Console()
-endpoints_option = click.option(
+_endpoints = click.option(
     "--endpoints",
     envvar="TXMQ_ENDPOINTS",
     default="127.0.0.1:8081",
     show_default=True,
     help="Broker address HOST:PORT (env TXMQ_ENDPOINTS).",
 )
+
+
+def endpoints_option(fn: F) -> F:
+    """``--endpoints`` and the security options (cli/security.py) of a client command."""
+    return security_options(_endpoints(fn))
+
+
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print the broker's answer as JSON (for scripts)."
 )

@@ -9,6 +9,7 @@ Must not: bypass the official client for sends and receives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -29,16 +30,21 @@ from txmq.cli.admin_commands import (
     topic,
     txn,
 )
-from txmq.errors import TxmqError
+from txmq.cli.security import official_configuration
+from txmq.errors import NotFoundError, TxmqError
 
 console = Console()
 
 
 def _producer(endpoints: str, topic: str, checker: Any = None) -> Any:
-    from rocketmq import ClientConfiguration, Credentials, Producer
+    from rocketmq import Producer
 
-    call(endpoints, "TopicList", {})  # fail fast with exit code 3 if nothing answers
-    p = Producer(ClientConfiguration(endpoints, Credentials()), (topic,), checker)
+    # Fail fast: exit 3 if nothing answers, 1 if the credentials are refused. A topic lookup
+    # needs no admin right; an unknown topic is fine here (the broker may create it).
+    with contextlib.suppress(NotFoundError):
+        call(endpoints, "TopicDescribe", {"name": topic})
+    configuration, tls = official_configuration(endpoints)
+    p = Producer(configuration, (topic,), checker, tls_enable=tls)
     p.startup()
     return p
 
@@ -126,14 +132,16 @@ def send(
 def _consume(
     topic: str, group: str, expr: str, max_messages: int, wait_s: int, endpoints: str, follow: bool
 ) -> None:
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import FilterExpression, SimpleConsumer
 
     call(endpoints, "TopicDescribe", {"name": topic})  # unknown topic: exit 2, not a hang
+    configuration, tls = official_configuration(endpoints)
     c = SimpleConsumer(
-        ClientConfiguration(endpoints, Credentials()),
+        configuration,
         group or f"txmq-cli-{uuid.uuid4().hex[:8]}",
         {topic: FilterExpression(expr)},
         await_duration=max(1, min(wait_s, 5)),
+        tls_enable=tls,
     )
     c.startup()
     got = 0

@@ -1,0 +1,88 @@
+"""What a txmq client (CLI, Spark source and sink) needs to reach a secured broker.
+
+Owns: the credentials and TLS choice of one client (``ClientSecurity``), validated once; the
+signed metadata for each call (the official clients' MQv2-HMAC-SHA1 headers, from
+txmq/protocol/auth.py); and opening a gRPC channel, TLS or not, to a broker.
+Must not: read the environment or the clock by itself (callers pass them), or show a secret in
+``repr`` or in an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from txmq import limits
+from txmq.errors import ConfigError
+from txmq.protocol import auth
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """Credentials (both keys or neither) and TLS (``tls``, implied by ``ca_file``)."""
+
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    tls: bool = False
+    # PEM roots to trust; None trusts gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
+    # or the system's).
+    ca_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("--access-key and --secret-key go together (give both or neither)")
+        if self.access_key and auth.ACCESS_KEY_PATTERN.fullmatch(self.access_key) is None:
+            raise ConfigError(
+                "--access-key: letters, digits and _ . @ : / + - only "
+                f"(at most {limits.ACCESS_KEY_LENGTH_MAX})"
+            )
+        if self.ca_file is not None and not self.tls:
+            object.__setattr__(self, "tls", True)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ClientSecurity:
+        """From ``TXMQ_ACCESS_KEY``, ``TXMQ_SECRET_KEY``, ``TXMQ_TLS`` and ``TXMQ_CA_FILE``."""
+        ca = env.get("TXMQ_CA_FILE", "")
+        return cls(
+            access_key=env.get("TXMQ_ACCESS_KEY", ""),
+            secret_key=env.get("TXMQ_SECRET_KEY", ""),
+            tls=env.get("TXMQ_TLS", "").strip().lower() in _TRUE,
+            ca_file=Path(ca) if ca else None,
+        )
+
+    def metadata(self, now_ms: int) -> list[tuple[str, str]]:
+        """The signature headers for one call made at ``now_ms`` (none without credentials)."""
+        if not self.access_key:
+            return []
+        return auth.signed_metadata(self.access_key, self.secret_key, now_ms)
+
+    def channel_credentials(self) -> Any:
+        """gRPC channel credentials trusting ``ca_file`` (or the default roots).
+
+        Raises:
+            ConfigError: ``ca_file`` cannot be read.
+        """
+        roots = None
+        if self.ca_file is not None:
+            try:
+                roots = self.ca_file.read_bytes()
+            except OSError as exc:
+                raise ConfigError(
+                    f"--ca-file {self.ca_file}: cannot read: {exc.strerror or exc}"
+                ) from exc
+        return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
+def open_channel(
+    endpoints: str, security: ClientSecurity, options: Sequence[tuple[str, Any]] = ()
+) -> grpc.Channel:
+    """A channel to ``endpoints``: TLS when ``security.tls``, else plaintext."""
+    if security.tls:
+        return grpc.secure_channel(endpoints, security.channel_credentials(), options=options)
+    return grpc.insecure_channel(endpoints, options=options)
