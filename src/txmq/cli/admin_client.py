@@ -9,6 +9,7 @@ Must not: retry (a script decides whether to retry, from the exit code).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -46,15 +47,21 @@ def call(
     *,
     timeout_s: float = 10.0,
     security: ClientSecurity | None = None,
+    credentials: Any = None,
 ) -> Any:
     """Call one admin method; returns the decoded result. ``security`` defaults to the running
     command's options (cli/security.py): credentials sign the call, TLS wraps it.
+    ``credentials`` (anything with ``access_key`` and ``secret_key``) replaces its keys.
 
     Raises:
         BrokerUnavailableError: nothing answers at ``endpoints``.
         NotFoundError / BadRequestError / RemoteError: the broker refused the request.
     """
     chosen = security if security is not None else current()
+    if credentials is not None:  # a person signed in (the dashboard): their keys, our TLS
+        chosen = dataclasses.replace(
+            chosen, access_key=credentials.access_key, secret_key=credentials.secret_key
+        )
     channel = open_channel(endpoints, chosen)
     try:
         stub = channel.unary_unary(f"/{SERVICE}/{method}")
