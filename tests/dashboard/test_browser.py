@@ -137,6 +137,14 @@ def create_and_delete_a_topic(page: Any, url: str) -> None:
     row = page.locator("tr[data-topic=made-in-browser]")
     assert "fifo" in row.inner_text()
     shot(page, "topics")
+    # A forged confirmation (another site posting to the dashboard) deletes nothing.
+    forged = page.request.post(
+        url + "/topics/delete", form={"name": "made-in-browser", "token": "0" * 64}
+    )
+    assert "confirmation was not valid" in forged.text()
+    page.goto(url + "/topics")
+    row = page.locator("tr[data-topic=made-in-browser]")
+    assert row.count() == 1
     row.locator("button.danger").click()
     assert "Delete topic made-in-browser?" in page.inner_text("h1")
     page.click("#confirm-button")
