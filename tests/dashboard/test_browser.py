@@ -177,6 +177,8 @@ def test_dead_letters_and_a_member_down(live: Any, browser: Any, tmp_path: Any) 
     reload_until(page, dash.url + "/groups/workers", "#dlq a", "the dead letter on the page")
     assert "bad-1" in page.inner_text("#dlq") and "poison" in page.inner_text("#dlq")
     shot(page, "group-dlq")
+    page.click("#dlq a")  # lookup by id: the dead letter's message
+    assert "1 message(s)" in page.inner_text("main") and "poison" in page.inner_text("pre.body")
     with dashboard_process(f"{ep},127.0.0.1:9", log=tmp_path / "two.log") as url:
         reload_until(page, url + "/", "[data-state=down]", "the missing member shown down")
         assert page.locator("[data-state=up]").count() == 1
