@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -431,3 +432,41 @@ def test_the_cli_over_tls_with_credentials(secure: BrokerProcess, pki: Bundle) -
     assert TOPIC in {t["name"] for t in json.loads(listed.stdout)["topics"]}
     plain = txmq("topic", "list", "--endpoints", secure.endpoints, env=env)
     assert plain.returncode == 3, plain  # plaintext to a TLS port: nothing answers
+
+
+def test_the_spark_connector_client_with_credentials_over_tls(
+    secure: BrokerProcess, pki: Bundle
+) -> None:
+    # The source's and sink's broker client with the options a job sets (no Spark session: the
+    # calls are the ones its tasks make).
+    from txmq.spark.client import BrokerClient, BrokerRefusedError
+    from txmq.spark.options import TxmqOptionError, security
+    from txmq.spark.source import TxmqPartition, read_partition
+
+    def options(who: str, secret: str | None = None) -> dict[str, str]:
+        return {"accesskey": who, "secretkey": secret or SECRETS[who], "cafile": str(pki.ca)}
+
+    writer = security(options("orders-app"))
+    reader = security(options("inventory-app"))
+    assert writer.tls and "secret" not in repr(writer)
+    with BrokerClient(secure.endpoints, security=writer) as sink:
+        sink.send(list(send_request().messages))  # what a sink task sends
+        with pytest.raises(BrokerRefusedError) as refused:
+            sink.queue_ranges(TOPIC)  # a publisher does not read
+        assert refused.value.code == pb.FORBIDDEN
+    with BrokerClient(secure.endpoints, security=reader) as source:
+        ranges = source.queue_ranges(TOPIC)
+    parts = [
+        TxmqPartition(secure.endpoints, TOPIC, q, lo, hi, True, reader)
+        for q, (lo, hi) in enumerate(ranges)
+    ]
+    assert pickle.loads(pickle.dumps(parts[0])) == parts[0]  # shipped to executors so
+    rows = sum(batch.num_rows for p in parts for batch in read_partition(p))
+    assert rows == sum(hi - lo for lo, hi in ranges) and rows >= 1
+    wrong = security(options("inventory-app", "not-the-secret-0123"))
+    with BrokerClient(secure.endpoints, security=wrong) as source:
+        with pytest.raises(BrokerRefusedError) as refused:
+            source.queue_ranges(TOPIC)
+        assert refused.value.code == pb.UNAUTHORIZED
+    with pytest.raises(TxmqOptionError, match="accessKey and secretKey go together"):
+        security({"accesskey": "inventory-app"})

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -77,6 +77,10 @@ class ClientSecurity:
                     f"--ca-file {self.ca_file}: cannot read: {exc.strerror or exc}"
                 ) from exc
         return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
+# No credentials, no TLS: an open broker on a trusted network.
+PLAINTEXT: Final = ClientSecurity()
 
 
 def open_channel(

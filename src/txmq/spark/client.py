@@ -39,6 +39,7 @@ from txmq.errors import (
     TxmqError,
 )
 from txmq.model import Record
+from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
 from txmq.store import record
 
 T = TypeVar("T")
@@ -162,12 +163,20 @@ class BrokerClient:
     the retries; TopicNotFoundError; BrokerRefusedError for other refusals.
     """
 
-    def __init__(self, endpoints: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        endpoints: str,
+        *,
+        timeout_s: float = CALL_TIMEOUT_S,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.endpoints = endpoints
         self.timeout_s = timeout_s
+        self.security = security
         self.client_id = f"txmq-spark@{uuid.uuid4().hex[:16]}"
-        self.channel = grpc.insecure_channel(
+        self.channel = open_channel(
             endpoints,
+            security,
             options=[
                 ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
                 ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -193,6 +202,8 @@ class BrokerClient:
             ("x-mq-protocol", "v2"),
             ("x-mq-client-version", CLIENT_VERSION),
             ("x-mq-request-id", uuid.uuid4().hex),
+            # The signature headers when the job has credentials (accessKey/secretKey).
+            *self.security.metadata(time.time_ns() // 1_000_000),
         ]
 
     def _retrying(self, call: str, fn: Callable[[], T]) -> T:

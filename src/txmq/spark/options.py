@@ -16,16 +16,20 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from txmq import limits
-from txmq.errors import BadRequestError, TxmqError
+from txmq.errors import BadRequestError, ConfigError, TxmqError
+from txmq.protocol.client_security import ClientSecurity
 
 EARLIEST: Final = -2
 LATEST: Final = -1
 _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
-SOURCE_OPTIONS: Final = frozenset(
+# Credentials and TLS (docs/security.md), for the source and the sink alike.
+SECURITY_OPTIONS: Final = frozenset({"accesskey", "secretkey", "tls", "cafile"})
+SOURCE_OPTIONS: Final = SECURITY_OPTIONS | frozenset(
     {
         "endpoints",
         "topic",
@@ -37,7 +41,7 @@ SOURCE_OPTIONS: Final = frozenset(
         "failondataloss",
     }
 )
-SINK_OPTIONS: Final = frozenset({"endpoints", "topic", "sinkid", "batchid"})
+SINK_OPTIONS: Final = SECURITY_OPTIONS | frozenset({"endpoints", "topic", "sinkid", "batchid"})
 # Options Spark itself may pass to every source and sink.
 SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation"})
 
@@ -101,6 +105,22 @@ def boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
     if raw.lower() not in ("true", "false"):
         raise TxmqOptionError(f"option {key!r} must be true or false, got {raw!r}")
     return raw.lower() == "true"
+
+
+def security(options: Mapping[str, str]) -> ClientSecurity:
+    """``accessKey``/``secretKey`` (both or neither), ``tls`` (true/false) and ``caFile``
+    (PEM roots on every executor's machine; implies tls)."""
+    ca = options.get("cafile", "").strip()
+    try:
+        return ClientSecurity(
+            access_key=options.get("accesskey", "").strip(),
+            secret_key=options.get("secretkey", ""),
+            tls=boolean(options, "tls", False),
+            ca_file=Path(ca) if ca else None,
+        )
+    except ConfigError as exc:
+        message = str(exc).replace("--access-key", "accessKey").replace("--secret-key", "secretKey")
+        raise TxmqOptionError(f"option {message}") from exc
 
 
 def parse_spec(raw: str, key: str, queues: int, default: int) -> list[int]:

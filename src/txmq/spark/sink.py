@@ -141,6 +141,7 @@ class _Sink:
         opt.check_known(opts, known, "sink" if batch else "streaming sink")
         check_schema(schema)
         self.endpoints = opt.endpoints(opts)
+        self.security = opt.security(opts)
         self.topic = opts.get("topic", "").strip()
         if not self.topic and "topic" not in schema.fieldNames():
             raise TxmqOptionError("the txmq sink needs option 'topic' or a 'topic' column")
@@ -182,7 +183,10 @@ class _Sink:
             PROP_SINK_ATTEMPT: str(attempt),
         }
         out = SentHalves(query, batch, part, attempt)
-        with BrokerClient(self.endpoints) as broker, ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool:
+        with (
+            BrokerClient(self.endpoints, security=self.security) as broker,
+            ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool,
+        ):
             futures = []
             chunk: list[Any] = []
             for rb in batches:
@@ -200,7 +204,7 @@ class _Sink:
     def commit_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
         """Driver side: ledger record first, then the decisions (see the module docstring)."""
         sent = _sent(messages, query, batch)
-        with BrokerClient(self.endpoints) as broker:
+        with BrokerClient(self.endpoints, security=self.security) as broker:
             recorded = _ledger(broker, query, batch)
             if recorded:
                 committed = frozenset().union(*(e.committed for e in recorded))
@@ -220,7 +224,7 @@ class _Sink:
     def abort_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
         """Roll back, unless the ledger already committed the batch: it is the decision."""
         sent = _sent(messages, query, batch)
-        with BrokerClient(self.endpoints) as broker:
+        with BrokerClient(self.endpoints, security=self.security) as broker:
             recorded = _ledger(broker, query, batch)
             committed = frozenset().union(*(e.committed for e in recorded))
             _decide(broker, sent, committed, query, batch)

@@ -50,6 +50,7 @@ from pyspark.sql.types import (
 
 from txmq import malloc
 from txmq.errors import IllegalOffsetError, RemoteProtocolError, invariant
+from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 from txmq.spark import options as opt
 from txmq.spark.arrow import BATCH_BYTES_MAX, ROWS_PER_BATCH_MAX, SCHEMA_DDL
 from txmq.spark.client import BrokerClient, Pulled
@@ -71,6 +72,8 @@ class TxmqPartition(InputPartition):
     start: int
     end: int
     fail_on_data_loss: bool = True
+    # Credentials travel with the task to its executor, as the endpoints do.
+    security: ClientSecurity = PLAINTEXT
 
 
 def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
@@ -80,7 +83,7 @@ def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
     or BATCH_BYTES_MAX bytes per batch.
     """
     malloc.keep_large_blocks()  # each pull is a ~1-8 MiB reply: see txmq.malloc
-    with BrokerClient(p.endpoints) as broker:
+    with BrokerClient(p.endpoints, security=p.security) as broker:
         blobs: list[memoryview] = []
         rows = size = 0
         for got in _committed(broker, p):
@@ -139,6 +142,7 @@ class Source:
     topic: str
     queues: int
     fail_on_data_loss: bool
+    security: ClientSecurity = PLAINTEXT
 
     @classmethod
     def open(cls, options: Mapping[str, str], schema: StructType | None) -> Source:
@@ -149,9 +153,14 @@ class Source:
                 f"format('txmq') has a fixed schema ({SCHEMA_DDL}); do not set another"
             )
         endpoints, topic = opt.endpoints(opts), opt.require(opts, "topic")
-        with BrokerClient(endpoints) as broker:
+        security = opt.security(opts)
+        with BrokerClient(endpoints, security=security) as broker:
             queues = broker.queue_count(topic)
-        return cls(endpoints, topic, queues, opt.boolean(opts, "failondataloss", True))
+        fail_on_data_loss = opt.boolean(opts, "failondataloss", True)
+        return cls(endpoints, topic, queues, fail_on_data_loss, security)
+
+    def client(self) -> BrokerClient:
+        return BrokerClient(self.endpoints, security=self.security)
 
     def resolve(self, broker: BrokerClient, values: list[int]) -> list[int]:
         """Replace EARLIEST/LATEST markers by the queues' current offsets (one call)."""
@@ -170,7 +179,13 @@ class Source:
     def partitions(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[TxmqPartition]:
         return [
             TxmqPartition(
-                self.endpoints, self.topic, r.queue_id, r.start, r.end, self.fail_on_data_loss
+                self.endpoints,
+                self.topic,
+                r.queue_id,
+                r.start,
+                r.end,
+                self.fail_on_data_loss,
+                self.security,
             )
             for r in opt.ranges(start, end)
         ]
@@ -209,7 +224,7 @@ class TxmqBatchReader(DataSourceReader):
         if by_time and ("startingoffsets" in opts or "endingoffsets" in opts):
             raise TxmqOptionError("set offsets or timestamps for a txmq read, not both")
         src, n = self.source, self.source.queues
-        with BrokerClient(src.endpoints) as broker:
+        with src.client() as broker:
             if by_time:
                 start = self._at(broker, opt.positive_int(opts, "startingtimestamp"), EARLIEST)
                 end = self._at(broker, opt.positive_int(opts, "endingtimestamp"), LATEST)
@@ -267,11 +282,11 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.cap is not None:
             return dict(self.cap)
         src = self.source
-        with BrokerClient(src.endpoints) as broker:
+        with src.client() as broker:
             return dict(enumerate(src.resolve(broker, [LATEST] * src.queues)))
 
     def initialOffset(self) -> dict[str, int]:
-        with BrokerClient(self.source.endpoints) as broker:
+        with self.source.client() as broker:
             return opt.as_offsets(self.source.resolve(broker, self.starting))
 
     def prepareForTriggerAvailableNow(self) -> None:
