@@ -13,6 +13,7 @@ can help (``retriable``), the way aiokafka's error classes do.
 from __future__ import annotations
 
 import errno
+import functools
 
 # RocketMQ v2 status codes (apache/rocketmq-apis definition.proto, enum Code). Only the ones we
 # use are named; the protocol layer maps any TxmqError to its ``code``.
@@ -206,8 +207,9 @@ class TransactionError(TxmqError):
     """Root of transaction errors."""
 
 
-class InvalidTransactionIdError(TransactionError):
-    """The transaction id is malformed, unknown, or its record has expired."""
+class InvalidTransactionIdError(TransactionError, BadRequestError):
+    """The transaction id is malformed, unknown, or its record has expired: bad input too (a
+    400xx code), so a client treats it as one."""
 
     code = CODE_INVALID_TRANSACTION_ID
 
@@ -362,3 +364,50 @@ class BrokerUnavailableError(TxmqError):
         super().__init__(f"broker at {endpoints} is unreachable: {reason}")
         self.endpoints = endpoints
         self.reason = reason
+
+
+class BrokerRefusedError(TxmqError):
+    """The broker refused a request with a status code no class of this tree names (``code``
+    is that wire code); ``from_code`` builds it."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@functools.cache
+def _classes_by_code() -> dict[int, type[TxmqError]]:
+    """Each wire code -> the one class that declares it: this module's tree walked breadth
+    first from the root, a code taken by the first (most general) class whose body sets it.
+    Subclasses that only inherit a code (TransactionError, CorruptRecordError, ...) are never
+    chosen, nor classes of other modules (their import order must not change the answer)."""
+    out: dict[int, type[TxmqError]] = {}
+    todo: list[type[TxmqError]] = [TxmqError]
+    while todo:
+        cls = todo.pop(0)
+        if "code" in vars(cls) and cls.__module__ == __name__ and cls is not BrokerRefusedError:
+            out.setdefault(cls.code, cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def from_code(code: int, message: str) -> TxmqError:
+    """The typed error for a RocketMQ status ``code`` a broker answered with ``message``.
+
+    The class is the one declaring ``code``; for a code no class declares, the class of its
+    family (40001 -> 40000 BadRequestError, 40499 -> 40400 NotFoundError); otherwise
+    BrokerRefusedError. The error carries ``code`` as sent and ``message`` as its text; data
+    attributes that only a local raise knows (say TopicNotFoundError.topic) are not set.
+    Why not call the constructor: several classes take their data, not a message.
+
+    Precondition: ``code`` is not CODE_OK (an OK status is not an error).
+    """
+    invariant(code != CODE_OK, "from_code called with an OK status")
+    classes = _classes_by_code()
+    cls = classes.get(code) or classes.get(code // 100 * 100)
+    if cls is None or cls is TxmqError:
+        return BrokerRefusedError(code, message)
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    exc.code = code
+    return exc

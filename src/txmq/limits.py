@@ -52,7 +52,7 @@ DAMAGED_RECORDS_REPORTED_MAX: Final = 1000
 # 4 MiB of CRC and header checks cost ~10-20 ms of a core, and a 1 GiB log is covered in about
 # four minutes.
 SCRUB_BYTES_PER_STEP: Final = 4 * MiB
-# Fixed per-record header bytes are counted in store/record.py; this bounds one encoded record.
+# Fixed per-record header bytes are counted in format/record.py; this bounds one encoded record.
 RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
 # ASYNC flush mode: how long an acknowledged write may stay only in the page cache.
 FLUSH_INTERVAL_MS_DEFAULT: Final = 500

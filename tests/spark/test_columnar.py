@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_store_record import drafts
+from tests.unit.test_format_record import drafts
 from txmq.errors import CorruptRecordError
+from txmq.format import record as codec
 from txmq.model import RecordDraft
 from txmq.spark.arrow import ARROW_SCHEMA, properties_column
 from txmq.spark.columnar import to_batch
-from txmq.store import record as codec
 
 
 def blob_of(drafts: list[RecordDraft], first_phys: int = 0) -> bytes:

@@ -19,8 +19,8 @@ from tests.conftest import Clock
 from txmq import errors, limits
 from txmq.cli.verify import verify
 from txmq.errors import CorruptRecordError, DiskFullError, StoreFencedError
+from txmq.format import record as codec
 from txmq.model import RecordDraft
-from txmq.store import record as codec
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.disk import FileHandle, OsDisk

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from txmq.errors import CorruptRecordError, OffsetNotFoundError
+from txmq.format import record as codec
 from txmq.model import RecordDraft
 from txmq.store import index as index_module
-from txmq.store import record as codec
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.commit_log import CommitLog
 from txmq.store.consume_queue import ConsumeQueue, tag_hash

@@ -23,8 +23,8 @@ from txmq.errors import (
     StoreClosedError,
     StoreFencedError,
 )
+from txmq.format import record as codec
 from txmq.model import HALF_TOPIC, OP_TOPIC, FlushMode, QueueRead, RecordDraft, TxnFlag
-from txmq.store import record as codec
 from txmq.store.disk import Faults, FaultyDisk
 from txmq.store.segment import segment_name
 from txmq.store.store import Store

@@ -5,7 +5,7 @@ Why: the v2 PullMessage streams one protobuf Message per item, and in Python gRP
 costs tens of microseconds on both ends, which capped the Spark connector far below what the
 disk and Spark can do. A record pull answers one reply holding up to PULL_BYTES_MAX of records
 in their commit-log format (docs/formats.md), verified by the broker as it reads them and again
-by the client as it decodes them (``txmq.store.record.split``): no per-message encoding here.
+by the client as it decodes them (``txmq.format.record.split``): no per-message encoding here.
 
 Request: a JSON object ``{"topic", "queue_id", "offset", "max_count"?, "max_bytes"?}``.
 Reply: a 4-byte big-endian header length, a JSON header, then the records back to back. The

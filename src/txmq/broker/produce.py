@@ -35,9 +35,9 @@ from txmq.errors import (
     MessageTypeConflictError,
     invariant,
 )
+from txmq.format.record import validate_draft
 from txmq.model import PROP_MESSAGE_GROUP, DecisionSource, MessageType, Outcome, RecordDraft
 from txmq.protocol import mapping
-from txmq.store.record import validate_draft
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions
 from txmq.txn.steps import Steps, run_blocking

@@ -2,8 +2,9 @@
 is txmq/broker/admin.py).
 
 Owns: one call = one short-lived channel, and the mapping of failures to typed errors that the
-CLI turns into exit codes: nothing answering -> BrokerUnavailableError (3); the broker's 404xx
--> NotFoundError and 400xx -> BadRequestError (2); anything else -> RemoteError (1).
+CLI turns into exit codes: nothing answering -> BrokerUnavailableError (3); a refusal -> the
+error ``errors.from_code`` types by its status code (NotFoundError and BadRequestError families
+exit 2, the rest 1).
 Must not: retry (a script decides whether to retry, from the exit code).
 """
 
@@ -16,28 +17,12 @@ from typing import Any
 
 import grpc
 
-from txmq import limits
+from txmq import errors, limits
 from txmq.cli.security import current
-from txmq.errors import (
-    CODE_BAD_REQUEST,
-    CODE_INTERNAL_ERROR,
-    CODE_UNSUPPORTED,
-    BadRequestError,
-    BrokerUnavailableError,
-    NotFoundError,
-    TxmqError,
-)
+from txmq.errors import CODE_BAD_REQUEST, BrokerUnavailableError, RemoteProtocolError
 from txmq.protocol.client_security import ClientSecurity, open_channel
 
 SERVICE = "txmq.admin.v1.Admin"
-
-
-class RemoteError(TxmqError):
-    """The broker refused a request; carries the broker's status code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def call(
@@ -55,7 +40,7 @@ def call(
 
     Raises:
         BrokerUnavailableError: nothing answers at ``endpoints``.
-        NotFoundError / BadRequestError / RemoteError: the broker refused the request.
+        TxmqError: the broker refused the request (``errors.from_code``).
     """
     chosen = security if security is not None else current()
     if credentials is not None:  # a person signed in (the dashboard): their keys, our TLS
@@ -72,24 +57,18 @@ def call(
         if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, None):
             raise BrokerUnavailableError(endpoints, str(status)) from exc
         if status is grpc.StatusCode.UNIMPLEMENTED:
-            raise RemoteError(
-                CODE_UNSUPPORTED,
-                f"{endpoints} has no txmq admin channel (is it a txmq broker?)",
+            raise RemoteProtocolError(
+                f"{endpoints} has no txmq admin channel (is it a txmq broker?)"
             ) from exc
         details = exc.details() if isinstance(exc, grpc.Call) else ""
-        raise RemoteError(CODE_INTERNAL_ERROR, f"{method} failed: {status}: {details}") from exc
+        raise RemoteProtocolError(f"{method} failed: {status}: {details}") from exc
     finally:
         channel.close()
     reply = json.loads(raw)
     if reply.get("ok"):
         return reply
     code = int(reply.get("code", CODE_BAD_REQUEST))
-    message = str(reply.get("error", "request refused"))
-    if 40400 <= code < 40500:
-        raise NotFoundError(message)
-    if 40000 <= code < 40100:
-        raise BadRequestError(message)
-    raise RemoteError(code, message)
+    raise errors.from_code(code, str(reply.get("error", "request refused")))
 
 
 def call_pages(
@@ -98,7 +77,8 @@ def call_pages(
     """Every row of a paged listing (TxnList, TopicList, GroupList: broker/listing.py),
     following the ``next`` cursor from page to page. ``rows`` names the list in each reply.
 
-    Raises what ``call`` raises, and RemoteError if the broker's cursors do not advance.
+    Raises what ``call`` raises, and RemoteProtocolError if the broker's cursors do not
+    advance.
     """
     out: list[Any] = []
     after = ""
@@ -109,6 +89,6 @@ def call_pages(
         if not cursor:
             return out
         if cursor == after:
-            raise RemoteError(CODE_INTERNAL_ERROR, f"{method} repeated its page cursor {after!r}")
+            raise RemoteProtocolError(f"{method} repeated its page cursor {after!r}")
         after = str(cursor)
-    raise RemoteError(CODE_INTERNAL_ERROR, f"{method} had more than {limits.ADMIN_PAGES_MAX} pages")
+    raise RemoteProtocolError(f"{method} had more than {limits.ADMIN_PAGES_MAX} pages")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq.errors import BadRequestError, CorruptRecordError
-from txmq.store import record as codec
+from txmq.format import record as codec
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.consume_queue import ConsumeQueue

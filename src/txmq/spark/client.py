@@ -33,14 +33,11 @@ from txmq import errors, limits
 from txmq.errors import (
     BadRequestError,
     BrokerUnavailableError,
-    IllegalOffsetError,
     RemoteProtocolError,
-    TopicNotFoundError,
-    TxmqError,
 )
+from txmq.format import record
 from txmq.model import Record
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
-from txmq.store import record
 
 T = TypeVar("T")
 
@@ -70,33 +67,10 @@ def _v2() -> types.SimpleNamespace:
     return types.SimpleNamespace(pb=definition_pb2, sv=service_pb2, sg=service_pb2_grpc)
 
 
-class BrokerRefusedError(TxmqError):
-    """The broker answered with a non-OK status the connector has no narrower type for."""
-
-    def __init__(self, code: int, message: str, *, call: str) -> None:
-        super().__init__(f"broker refused {call}: {message} (code {code})")
-        self.code = code
-        self.call = call
-        self.retriable = code == errors.CODE_TOO_MANY_REQUESTS
-
-
-def raise_for_status(status: Any, *, call: str, topic: str = "") -> None:
-    """Turn a v2 Status into a typed error; returns only for OK."""
-    raise_for_code(int(status.code), str(status.message), call=call, topic=topic)
-
-
-def raise_for_code(code: int, message: str, *, call: str, topic: str = "") -> None:
-    """Turn a RocketMQ status code (a v2 Status's, or a txmq channel's refusal) into a typed
-    error; returns only for OK."""
-    if code == errors.CODE_OK:
-        return
-    if code == errors.CODE_TOPIC_NOT_FOUND:
-        raise TopicNotFoundError(topic or message)
-    if code == errors.CODE_ILLEGAL_OFFSET:
-        raise IllegalOffsetError(message)
-    if code == errors.CODE_ILLEGAL_TOPIC:
-        raise errors.IllegalTopicError(message)
-    raise BrokerRefusedError(code, message, call=call)
+def raise_for_status(status: Any) -> None:
+    """Turn a v2 Status into its typed error (``errors.from_code``); returns only for OK."""
+    if int(status.code) != errors.CODE_OK:
+        raise errors.from_code(int(status.code), str(status.message))
 
 
 @dataclass(frozen=True)
@@ -160,7 +134,7 @@ class BrokerClient:
     """One gRPC channel to one broker. Use as a context manager; thread-safe.
 
     Raises (every method): BrokerUnavailableError when nothing answers at ``endpoints`` after
-    the retries; TopicNotFoundError; BrokerRefusedError for other refusals.
+    the retries; for a refusal, the error ``errors.from_code`` types by its status code.
     """
 
     def __init__(
@@ -245,7 +219,7 @@ class BrokerClient:
         if policy == "timestamp":
             req.timestamp.FromMilliseconds(timestamp_ms)
         reply = self._unary("QueryOffset", req)
-        raise_for_status(reply.status, call="QueryOffset", topic=topic)
+        raise_for_status(reply.status)
         return int(reply.offset)
 
     def queue_count(self, topic: str) -> int:
@@ -255,7 +229,7 @@ class BrokerClient:
     def queue_ranges(self, topic: str) -> list[tuple[int, int]]:
         """(first retained, next to be written) offset of each queue of an existing topic, in
         one call on the data channel (txmq.data.v1.Data/QueueOffsets)."""
-        header, _ = self._data("QueueOffsets", {"topic": topic}, topic)
+        header, _ = self._data("QueueOffsets", {"topic": topic})
         queues = header.get("queues")
         if not isinstance(queues, list) or not queues:
             raise RemoteProtocolError(f"QueueOffsets listed no queues for topic {topic!r}")
@@ -287,14 +261,12 @@ class BrokerClient:
             "offset": offset,
             "max_count": max(1, min(max_count, PULL_BATCH_MAX)),
         }
-        header, blob = self._data("PullRecords", args, topic)
+        header, blob = self._data("PullRecords", args)
         return Pulled(blob, int(header["count"]), int(header["next_offset"]))
 
-    def _data(
-        self, method: str, args: dict[str, Any], topic: str
-    ) -> tuple[dict[str, Any], memoryview]:
+    def _data(self, method: str, args: dict[str, Any]) -> tuple[dict[str, Any], memoryview]:
         """Call the data channel: (the reply's JSON header, the bytes after it). A refusal
-        raises its typed error (``raise_for_code``)."""
+        raises its typed error (``errors.from_code``)."""
         rpc = self.channel.unary_unary(f"/{DATA_SERVICE}/{method}")
         body = json.dumps(args).encode()
         raw = self._retrying(
@@ -311,8 +283,9 @@ class BrokerClient:
             raise RemoteProtocolError(f"{method} header is not a JSON object")
         if not header.get("ok"):
             code = int(header.get("code", errors.CODE_INTERNAL_ERROR))
-            raise_for_code(code, str(header.get("error", "")), call=method, topic=topic)
-            raise RemoteProtocolError(f"{method} refused without an error code")
+            if code == errors.CODE_OK:
+                raise RemoteProtocolError(f"{method} refused without an error code")
+            raise errors.from_code(code, str(header.get("error", "")))
         return header, view[4 + n :]
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
@@ -358,9 +331,9 @@ class BrokerClient:
             raise BadRequestError(f"send takes 1..{SEND_BATCH_MAX} messages")
         sv = _v2().sv
         reply = self._unary("SendMessage", sv.SendMessageRequest(messages=list(messages)))
-        for msg, entry in zip(messages, reply.entries, strict=False):
-            raise_for_status(entry.status, call="SendMessage", topic=msg.topic.name)
-        raise_for_status(reply.status, call="SendMessage", topic=messages[0].topic.name)
+        for entry in reply.entries:
+            raise_for_status(entry.status)
+        raise_for_status(reply.status)
         if len(reply.entries) != len(messages):
             raise RemoteProtocolError("SendMessage answered a different number of entries")
         return [
@@ -381,7 +354,7 @@ class BrokerClient:
             source=pb.SOURCE_CLIENT,
         )
         reply = self._unary("EndTransaction", req)
-        raise_for_status(reply.status, call="EndTransaction", topic=half.topic)
+        raise_for_status(reply.status)
 
     # --- Admin channel: lookup by key. --------------------------------------------------------
 
@@ -397,5 +370,5 @@ class BrokerClient:
             code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
             if code == errors.CODE_TOPIC_NOT_FOUND or code == errors.CODE_NOT_FOUND:
                 return []
-            raise BrokerRefusedError(code, str(reply.get("error", "")), call="MessageFind")
+            raise errors.from_code(code, str(reply.get("error", "")))
         return [(list(m["keys"]), str(m["body"])) for m in reply["messages"]]

@@ -13,7 +13,8 @@ field lengths must add up to its size and its text must be UTF-8, or CorruptReco
 Properties are JSON: a batch whose records carry none (the common case) needs no parsing;
 otherwise they go through ``arrow.properties_column``, as before.
 
-Must not: talk to the broker or import pyspark. The layout is record.py's (docs/formats.md).
+Must not: talk to the broker or import pyspark. The layout is txmq.format.record's
+(docs/formats.md): fields are read at its named offsets.
 """
 
 from __future__ import annotations
@@ -25,17 +26,11 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from txmq.errors import CorruptRecordError
+from txmq.format import record
 from txmq.spark.arrow import ARROW_SCHEMA, properties_column
-from txmq.store import record
 
 I64 = npt.NDArray[np.int64]
 
-# Offsets inside a record (record.py's layout): flag u8 at HEAD_SIZE, then batch_left u16,
-# queue_id u16, queue_offset i64, physical i64, born i64, store i64.
-_QUEUE_ID_AT: Final = record.HEAD_SIZE + 3
-_QUEUE_OFFSET_AT: Final = record.HEAD_SIZE + 5
-_BORN_AT: Final = record.HEAD_SIZE + 21
-_STORE_AT: Final = record.HEAD_SIZE + 29
 _EMPTY_JSON: Final = ord("{"), ord("}")
 # Average field size up to which a numpy gather beats joining slices (measured: ~0.6 us per
 # slice against a few ns per gathered byte).
@@ -140,13 +135,13 @@ def to_batch(blob: bytes | bytearray | memoryview) -> pa.RecordBatch:
     a = np.frombuffer(view, dtype=np.uint8)
     s = np.asarray(starts, dtype=np.int64)
     try:
-        qid = _be(a, s + _QUEUE_ID_AT, 2, "")
-        qoff = _be(a, s + _QUEUE_OFFSET_AT, 8, ">i8")
-        born = _be(a, s + _BORN_AT, 8, ">i8")
-        store = _be(a, s + _STORE_AT, 8, ">i8")
+        qid = _be(a, s + record.QUEUE_ID_AT, 2, "")
+        qoff = _be(a, s + record.QUEUE_OFFSET_AT, 8, ">i8")
+        born = _be(a, s + record.BORN_TIMESTAMP_AT, 8, ">i8")
+        store = _be(a, s + record.STORE_TIMESTAMP_AT, 8, ">i8")
         at = s + record.FIXED_END
         fields: list[tuple[I64, I64]] = []  # (start, length): topic, host, message id, tag, keys
-        for _ in range(5):
+        for _ in range(record.STRING_FIELDS):
             n16 = _be(a, at, 2, "")
             fields.append((at + 2, n16))
             at = at + 2 + n16

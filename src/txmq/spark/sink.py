@@ -45,7 +45,7 @@ from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, Struct
 
 from txmq import errors
 from txmq.spark import options as opt
-from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, BrokerRefusedError, SentHalf
+from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, SentHalf
 from txmq.spark.client import build_message as _message
 from txmq.spark.options import SchemaError, TxmqOptionError
 from txmq.txn.ledger import (
@@ -260,8 +260,8 @@ def _decide(
         commit = h.transaction_id in committed
         try:
             broker.end_transaction(h, commit=commit)
-        except BrokerRefusedError as exc:
-            if exc.code == errors.CODE_PRECONDITION_FAILED and commit:
+        except errors.TransactionConflictError as exc:
+            if commit:
                 raise SinkCommitLostError(query, batch, h.transaction_id, str(exc)) from exc
             raise
 

@@ -41,8 +41,8 @@ from txmq.errors import (
     invariant,
     is_disk_full,
 )
+from txmq.format import record as codec
 from txmq.model import Record
-from txmq.store import record as codec
 from txmq.store.disk import Disk
 from txmq.store.segment import Segment, is_segment_name, iter_raw, segment_name
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from txmq.errors import CorruptRecordError, is_disk_full
+from txmq.format.record import Entry, enters_queue
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.disk import Disk
 from txmq.store.index import MessageIndex, hashes_of
-from txmq.store.record import Entry, enters_queue
 
 
 class Dispatcher:

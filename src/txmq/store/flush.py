@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from txmq.errors import StoreFencedError, invariant
-from txmq.store.record import Entry
+from txmq.format.record import Entry
 
 Publish = Callable[[Sequence[Entry], int], None]
 log = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 from txmq import limits
 from txmq.errors import CorruptRecordError, OffsetNotFoundError
+from txmq.format import record as codec
 from txmq.model import QueueBytes, QueueRead, Record
-from txmq.store import record as codec
 from txmq.store.commit_log import CommitLog
 from txmq.store.consume_queue import ConsumeQueue, tag_hash
 from txmq.store.dispatch import Dispatcher

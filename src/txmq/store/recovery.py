@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from txmq.errors import CorruptRecordError
+from txmq.format.record import Entry, decode_entry
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.commit_log import CommitLog, blank_span_reason
 from txmq.store.dispatch import Dispatcher
-from txmq.store.record import Entry, decode_entry
 from txmq.store.segment import iter_raw
 
 # Records dispatched per publish during recovery: one pwrite per queue and one for the index.

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from txmq import limits
 from txmq.errors import CorruptRecordError
+from txmq.format.record import Entry, decode_entry, enters_queue
 from txmq.store.commit_log import CommitLog, blank_span_reason
 from txmq.store.consume_queue import tag_hash
 from txmq.store.dispatch import Dispatcher
 from txmq.store.health import Health
-from txmq.store.record import Entry, decode_entry, enters_queue
 from txmq.store.segment import iter_raw
 
 QueueKey = tuple[str, int]

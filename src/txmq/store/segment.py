@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from txmq import limits
-from txmq.store import record as codec
+from txmq.format import record as codec
 from txmq.store.disk import FileHandle
 
 # Scans read segments in chunks this big, so a 1 GiB log costs ~128 reads, not a million.

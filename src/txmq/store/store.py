@@ -38,9 +38,9 @@ from txmq.errors import (
     StoreFencedError,
     is_disk_full,
 )
+from txmq.format import record as codec
 from txmq.model import AppendResult, FlushMode, QueueBytes, QueueRead, Record, RecordDraft
 from txmq.store import checkpoint as cpfile
-from txmq.store import record as codec
 from txmq.store.ballast import Ballast
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig

@@ -19,8 +19,8 @@ from txmq.errors import (
     MessageBodyTooLargeError,
     MessagePropertiesTooLargeError,
 )
+from txmq.format import record as codec
 from txmq.model import RecordDraft, TxnFlag
-from txmq.store import record as codec
 
 text = st.text(max_size=20)
 drafts = st.builds(
@@ -134,3 +134,38 @@ def test_text_that_is_not_utf8_is_refused_as_input() -> None:
         d = replace(RecordDraft(topic="t", queue_id=0, body=b"x"), **bad)
         with pytest.raises(BadRequestError, match="UTF-8"):
             codec.encode(d, queue_offset=0, store_timestamp_ms=1)
+
+
+def test_named_offsets_match_the_documented_layout() -> None:
+    """The offsets readers use (``FIELD_AT``, derived from the struct) are the ones the module's
+    layout table documents, and a field written by ``encode``/``place`` is found there."""
+    documented = {}
+    for line in (codec.__doc__ or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].isdigit() and parts[2] in ("u8", "u16", "u32", "i64"):
+            documented[parts[1]] = int(parts[0])
+    names = {
+        "flag": "flag",
+        "batch_left": "batch_left",
+        "queue_id": "queue_id",
+        "queue_offset": "queue_offset",
+        "physical_offset": "physical_off",
+        "born_timestamp_ms": "born_ts_ms",
+        "store_timestamp_ms": "store_ts_ms",
+        "reconsume_times": "reconsume",
+        "prepared_offset": "prepared_off",
+    }
+    assert {names[k]: v for k, v in codec.FIELD_AT.items()} == {
+        k: v for k, v in documented.items() if k in names.values()
+    }
+    assert documented["topic"] == codec.FIXED_END
+    d = RecordDraft(topic="t", queue_id=7, body=b"x", born_timestamp_ms=123)
+    rec = codec.place(codec.encode(d, queue_offset=42, store_timestamp_ms=456), 99, batch_left=3)
+    at = codec.FIELD_AT
+    assert rec[codec.FLAG_AT] == int(TxnFlag.NORMAL)
+    assert int.from_bytes(rec[at["batch_left"] : at["batch_left"] + 2]) == 3
+    assert int.from_bytes(rec[codec.QUEUE_ID_AT : codec.QUEUE_ID_AT + 2]) == 7
+    assert int.from_bytes(rec[codec.QUEUE_OFFSET_AT : codec.QUEUE_OFFSET_AT + 8]) == 42
+    assert int.from_bytes(rec[codec.PHYSICAL_OFFSET_AT : codec.PHYSICAL_OFFSET_AT + 8]) == 99
+    assert int.from_bytes(rec[codec.BORN_TIMESTAMP_AT : codec.BORN_TIMESTAMP_AT + 8]) == 123
+    assert int.from_bytes(rec[codec.STORE_TIMESTAMP_AT : codec.STORE_TIMESTAMP_AT + 8]) == 456

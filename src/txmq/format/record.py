@@ -54,18 +54,44 @@ from txmq.model import Record, RecordDraft, TxnFlag
 RECORD_MAGIC: Final = 0xDAA320A8
 BLANK_MAGIC: Final = 0xCBD43194
 _HEAD = struct.Struct(">III")  # total_size, magic, crc
-# flag, batch_left, queue_id, queue_offset, physical, born, store, reconsume, prepared
-_FIXED = struct.Struct(">BHHqqqqIq")
+# The fixed fields after the head, in layout order: (name, struct code). The struct and every
+# named offset below are derived from this one table, so a reader that picks single fields out
+# of a record (txmq.spark.columnar, through the named offsets) cannot drift from the writer.
+_FIXED_FIELDS: Final = (
+    ("flag", "B"),
+    ("batch_left", "H"),
+    ("queue_id", "H"),
+    ("queue_offset", "q"),
+    ("physical_offset", "q"),
+    ("born_timestamp_ms", "q"),
+    ("store_timestamp_ms", "q"),
+    ("reconsume_times", "I"),
+    ("prepared_offset", "q"),
+)
+_FIXED = struct.Struct(">" + "".join(code for _, code in _FIXED_FIELDS))
 HEAD_SIZE: Final = _HEAD.size
 FIXED_END: Final = _HEAD.size + _FIXED.size
+# Where each fixed field starts, from the record's first byte ("no padding" with ">").
+FIELD_AT: Final = MappingProxyType(
+    {
+        name: HEAD_SIZE + struct.calcsize(">" + "".join(c for _, c in _FIXED_FIELDS[:i]))
+        for i, (name, _) in enumerate(_FIXED_FIELDS)
+    }
+)
+FLAG_AT: Final = FIELD_AT["flag"]
+BATCH_LEFT_AT: Final = FIELD_AT["batch_left"]
+QUEUE_ID_AT: Final = FIELD_AT["queue_id"]
+QUEUE_OFFSET_AT: Final = FIELD_AT["queue_offset"]
+PHYSICAL_OFFSET_AT: Final = FIELD_AT["physical_offset"]
+BORN_TIMESTAMP_AT: Final = FIELD_AT["born_timestamp_ms"]
+STORE_TIMESTAMP_AT: Final = FIELD_AT["store_timestamp_ms"]
+# Then, from FIXED_END: STRING_FIELDS u16-length strings, then two u32-length blocks.
+STRING_FIELDS: Final = 5
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
-_PHYS_AT: Final = HEAD_SIZE + 1 + 2 + 2 + 8
-_BATCH_AT: Final = HEAD_SIZE + 1
-_STRINGS: Final = 5
 # Smallest well-formed record: fixed header + five empty u16 strings + two empty u32 blocks.
-RECORD_SIZE_MIN: Final = FIXED_END + _STRINGS * 2 + 2 * 4
+RECORD_SIZE_MIN: Final = FIXED_END + STRING_FIELDS * 2 + 2 * 4
 _FLAGS: Final = tuple(TxnFlag)
 
 
@@ -163,8 +189,8 @@ def place(buf: bytearray, physical_offset: int, *, batch_left: int = 0) -> bytes
     """Fill in the physical offset, batch position, size, magic and CRC; return the bytes."""
     invariant(physical_offset >= 0, "negative physical offset")
     invariant(0 <= batch_left < 65536, "batch too long for a u16 count")
-    struct.pack_into(">H", buf, _BATCH_AT, batch_left)
-    struct.pack_into(">q", buf, _PHYS_AT, physical_offset)
+    _U16.pack_into(buf, BATCH_LEFT_AT, batch_left)
+    _I64.pack_into(buf, PHYSICAL_OFFSET_AT, physical_offset)
     crc = crc32c.crc32c(memoryview(buf)[HEAD_SIZE:])
     _HEAD.pack_into(buf, 0, len(buf), RECORD_MAGIC, crc)
     # Paired check, write side: what we produced must verify the way a reader verifies it.
@@ -205,7 +231,7 @@ def _check(buf: bytes | bytearray | memoryview, pos: int, physical_offset: int) 
 def _strings(view: memoryview, pos: int, end: int, physical_offset: int) -> tuple[list[str], int]:
     """The five u16-length strings starting at ``pos``, and the position after them."""
     out: list[str] = []
-    for _ in range(_STRINGS):
+    for _ in range(STRING_FIELDS):
         (n,) = _U16.unpack_from(view, pos)
         pos += 2
         if pos + n > end:
@@ -274,7 +300,7 @@ def verify(buf: bytes | bytearray | memoryview, physical_offset: int) -> int:
         CorruptRecordError: bad size, magic, CRC or offset, or ``buf`` is not exactly a record.
     """
     total = _check(buf, 0, physical_offset)
-    (phys,) = _I64.unpack_from(buf, _PHYS_AT)
+    (phys,) = _I64.unpack_from(buf, PHYSICAL_OFFSET_AT)
     if phys != physical_offset:
         raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
     if total != len(buf):
@@ -296,7 +322,7 @@ def split(blob: bytes | bytearray | memoryview) -> Iterator[Record]:
     while pos < end:
         if end - pos < FIXED_END:
             raise CorruptRecordError(-1, f"{end - pos} stray bytes after the last record")
-        (phys,) = _I64.unpack_from(view, pos + _PHYS_AT)
+        (phys,) = _I64.unpack_from(view, pos + PHYSICAL_OFFSET_AT)
         (total,) = _U32.unpack_from(view, pos)
         if not RECORD_SIZE_MIN <= total <= end - pos:
             raise CorruptRecordError(phys, f"bad size {total}")
@@ -326,7 +352,7 @@ def verify_spans(view: memoryview, base: int, spans: Sequence[tuple[int, int]]) 
             magic != RECORD_MAGIC
             or total != size
             or total < RECORD_SIZE_MIN
-            or i64(rec, _PHYS_AT)[0] != at
+            or i64(rec, PHYSICAL_OFFSET_AT)[0] != at
             or crc(rec[HEAD_SIZE:]) != want
         ):
             verify(rec, at)
@@ -339,7 +365,8 @@ def frames(blob: bytes | bytearray | memoryview) -> list[int]:
     """Where each record packed back to back starts (each ends where the next starts, the last
     at the blob's end), each verified as a whole (size bound, magic, CRC over its bytes) but not
     decoded: for a columnar decoder that reads the fields of many records at once
-    (txmq.spark.columnar), which must still check that each record's field lengths add up.
+    (txmq.spark.columnar, through the named offsets), which must still check that each
+    record's field lengths add up.
 
     Why inline rather than ``_check`` per record: this loop is the only per-record Python work
     left on a Spark read, and a call per record would double it.
@@ -365,7 +392,7 @@ def frames(blob: bytes | bytearray | memoryview) -> list[int]:
             or after > end
             or crc(view[pos + HEAD_SIZE : after]) != want
         ):
-            (phys,) = _I64.unpack_from(view, pos + _PHYS_AT)
+            (phys,) = _I64.unpack_from(view, pos + PHYSICAL_OFFSET_AT)
             _check(view, pos, phys)  # raises, naming what is wrong
             invariant(False, "_check passed a record frames refused")
         starts.append(pos)
@@ -404,7 +431,7 @@ def split_rows(blob: bytes | bytearray | memoryview) -> list[Row]:
     while pos < end:
         if end - pos < FIXED_END:
             raise CorruptRecordError(-1, f"{end - pos} stray bytes after the last record")
-        (phys,) = _I64.unpack_from(view, pos + _PHYS_AT)
+        (phys,) = _I64.unpack_from(view, pos + PHYSICAL_OFFSET_AT)
         total = _check(view, pos, phys)
         try:
             _flag, _batch, qid, qoff, _phys, born, store, _rc, _prep = _FIXED.unpack_from(
