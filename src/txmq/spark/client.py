@@ -343,8 +343,8 @@ class BrokerClient:
 
     def end_transaction(self, half: SentHalf, *, commit: bool) -> None:
         """Commit or roll back one half message. Idempotent; a contradicting earlier decision
-        (say check-back rolled it back after its maximum checks) raises BrokerRefusedError
-        with code PRECONDITION_FAILED."""
+        (say check-back rolled it back after its maximum checks) raises
+        TransactionConflictError (PRECONDITION_FAILED)."""
         pb, sv = _v2().pb, _v2().sv
         req = sv.EndTransactionRequest(
             topic=pb.Resource(name=half.topic),
