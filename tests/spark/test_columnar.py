@@ -1,11 +1,12 @@
 """The columnar decoder (txmq.spark.columnar) against the per-row one.
 
 Goal: a pulled blob decodes to exactly the batch the obviously-right path builds
-(``record.split_rows``, then ``pa.RecordBatch.from_pydict`` cell by cell), for any records the
-store accepts, and anything cut, altered or inconsistent is refused as CorruptRecordError, never
-decoded into wrong rows. Method: hypothesis drafts (the record codec's strategy) encoded as a
-record pull sends them; hand-made corruptions, including a record whose CRC is recomputed over
-a wrong field length (the case the CRC cannot catch).
+(``record.split``, the full decoder, then ``pa.RecordBatch.from_pydict`` cell by cell, the
+broker's own properties left out), for any records the store accepts, and anything cut,
+altered or inconsistent is refused as CorruptRecordError, never decoded into wrong rows.
+Method: hypothesis drafts (the record codec's strategy) encoded as a record pull sends them;
+hand-made corruptions, including a record whose CRC is recomputed over a wrong field length
+(the case the CRC cannot catch).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from hypothesis import strategies as st
 from tests.unit.test_format_record import drafts
 from txmq.errors import CorruptRecordError
 from txmq.format import record as codec
-from txmq.model import RecordDraft
-from txmq.spark.arrow import ARROW_SCHEMA, properties_column
+from txmq.model import RecordDraft, is_internal_property
+from txmq.spark.arrow import ARROW_SCHEMA
 from txmq.spark.columnar import to_batch
 
 
@@ -36,22 +37,22 @@ def blob_of(drafts: list[RecordDraft], first_phys: int = 0) -> bytes:
 
 
 def oracle(blob: bytes) -> pa.RecordBatch:
-    """The per-row path: one tuple per record, one Python object per cell."""
-    rows = codec.split_rows(blob)
-    if not rows:
-        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    topic, qid, qoff, mid, keys, tag, props, body, born, store = zip(*rows, strict=True)
+    """The obviously-right path: the full per-record decoder (``record.split``), then one
+    Python object per cell."""
+    recs = list(codec.split(blob))
     cols = {
-        "topic": topic,
-        "queue_id": qid,
-        "queue_offset": qoff,
-        "message_id": mid,
-        "keys": keys,
-        "tag": [t or None for t in tag],
-        "properties": properties_column(props),
-        "body": body,
-        "born_timestamp": [(b or s) * 1000 for b, s in zip(born, store, strict=True)],
-        "store_timestamp": [s * 1000 for s in store],
+        "topic": [r.topic for r in recs],
+        "queue_id": [r.queue_id for r in recs],
+        "queue_offset": [r.queue_offset for r in recs],
+        "message_id": [r.message_id for r in recs],
+        "keys": [list(r.keys) for r in recs],
+        "tag": [r.tag or None for r in recs],
+        "properties": [
+            [(k, v) for k, v in r.properties.items() if not is_internal_property(k)] for r in recs
+        ],
+        "body": [r.body for r in recs],
+        "born_timestamp": [(r.born_timestamp_ms or r.store_timestamp_ms) * 1000 for r in recs],
+        "store_timestamp": [r.store_timestamp_ms * 1000 for r in recs],
     }
     return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
 

@@ -22,6 +22,7 @@ from txmq import errors
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.metrics import Metrics
+from txmq.broker.offsets import ConsumerPositions
 from txmq.broker.topics import TopicRegistry
 from txmq.model import PROP_ORIGIN_MESSAGE_ID, RecordDraft
 from txmq.store.store import Store
@@ -42,6 +43,15 @@ async def rpcs(tmp_path: Path, clock: Clock) -> AsyncIterator[ConsumeRpcs]:
         now_ms=clock,
         executor=executor,
         metrics=Metrics(),
+        positions=ConsumerPositions(
+            store,
+            tmp_path,
+            store.disk,
+            attempts_max=config.delivery_attempts_max,
+            backoff_initial_ms=config.retry_backoff_initial_ms,
+            backoff_max_ms=config.retry_backoff_max_ms,
+            now_ms=clock,
+        ),
         endpoint=("127.0.0.1", 4242),
     )
     await r.start()

@@ -5,7 +5,6 @@ Recovery cases (torn tails, mid-log corruption, rebuilds) are in test_store_reco
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -368,22 +367,4 @@ def test_split_refuses_cut_or_altered_records(tmp_path: Path, clock: Clock) -> N
     for bad in (blob[:-1], blob + b"\0" * 10, blob[:40] + b"X" + blob[41:]):
         with pytest.raises(CorruptRecordError):
             list(codec.split(bad))
-    s.close()
-
-
-def test_split_rows_agree_with_decoded_records(tmp_path: Path, clock: Clock) -> None:
-    s = Store.open(tmp_path, SMALL, now_ms=clock)
-    for i in range(5):
-        s.append(replace(draft(i, tag="a" if i % 2 else ""), properties={"p": str(i)}))
-    blob = b"".join(s.read_queue_bytes("t", 0, 0, 10, max_bytes=10**6).records)
-    rows = codec.split_rows(blob)
-    recs = list(codec.split(blob))
-    assert len(rows) == len(recs) == 5
-    for row, rec in zip(rows, recs, strict=True):
-        fields = dict(zip(codec.ROW_FIELDS, row, strict=True))
-        assert json.loads(fields.pop("properties_json")) == dict(rec.properties)
-        assert fields == {k: getattr(rec, k) for k in fields}
-    for bad in (blob[:-1], blob + b"\0" * 10, blob[:40] + b"X" + blob[41:]):
-        with pytest.raises(CorruptRecordError):
-            codec.split_rows(bad)
     s.close()

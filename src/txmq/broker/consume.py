@@ -70,8 +70,8 @@ class ConsumeRpcs:
         now_ms: Callable[[], int],
         executor: ThreadPoolExecutor,
         metrics: Metrics,
-        positions: ConsumerPositions | None = None,
-        endpoint: tuple[str, int] | None = None,
+        positions: ConsumerPositions,
+        endpoint: tuple[str, int],
     ) -> None:
         self.store = store
         self.topics = topics
@@ -79,17 +79,9 @@ class ConsumeRpcs:
         self.now_ms = now_ms
         self.executor = executor
         self.metrics = metrics
-        self.positions = positions or ConsumerPositions(
-            store,
-            config.data_dir,
-            store.disk,
-            attempts_max=config.delivery_attempts_max,
-            backoff_initial_ms=config.retry_backoff_initial_ms,
-            backoff_max_ms=config.retry_backoff_max_ms,
-            now_ms=now_ms,
-        )
-        # What QueryAssignment advertises; the server sets it once the port is bound.
-        self.endpoint = endpoint or (config.advertised_host or config.host, config.port)
+        self.positions = positions  # the broker's one (Parts.deliveries)
+        # What QueryAssignment advertises: the bound port's.
+        self.endpoint = endpoint
         self._wakeups: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
 

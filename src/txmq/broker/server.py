@@ -19,7 +19,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
@@ -29,6 +29,7 @@ from txmq import errors, limits
 from txmq.broker import durable
 from txmq.broker.clients import Clients, Session
 from txmq.broker.config import BrokerConfig
+from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.produce import SendPath
 from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
@@ -45,21 +46,6 @@ T = TypeVar("T")
 LONG_POLLING_TIMEOUT_REPLY_MS_MAX = 20_000
 # Messages in one SendMessage request; the official clients send one at a time.
 SEND_BATCH_MAX = 64
-
-
-class ConsumeSide(Protocol):
-    """What the consumer side offers the servicer (``txmq.broker.consume.ConsumeRpcs``)."""
-
-    def notify_appended(self, topic: str, queue_id: int) -> None: ...
-    async def QueryAssignment(self, request: Any, context: Any) -> Any: ...
-    def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]: ...
-    async def AckMessage(self, request: Any, context: Any) -> Any: ...
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any: ...
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any: ...
-    def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]: ...
-    async def UpdateOffset(self, request: Any, context: Any) -> Any: ...
-    async def GetOffset(self, request: Any, context: Any) -> Any: ...
-    async def QueryOffset(self, request: Any, context: Any) -> Any: ...
 
 
 async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]]) -> Any:
@@ -87,7 +73,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         executor: Executor,
         endpoint: tuple[str, int],
         now_ms: Callable[[], int],
-        consume: ConsumeSide | None = None,
+        consume: ConsumeRpcs,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -105,8 +91,6 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
     def notify_appended(self, topic: str, queue_id: int | None = None) -> None:
         """Wake long polls on a queue (all queues of the topic when ``queue_id`` is None)."""
-        if self.consume is None:
-            return
         if queue_id is not None:
             self.consume.notify_appended(topic, queue_id)
             return
@@ -322,56 +306,32 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
     # --- Consuming: delegated. ------------------------------------------------------------------
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.QueryAssignmentResponse(status=_unsupported("QueryAssignment"))
         return await self.consume.QueryAssignment(request, context)
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        if self.consume is None:
-            yield sv.ReceiveMessageResponse(status=_unsupported("ReceiveMessage"))
-            return
         async for item in self.consume.ReceiveMessage(request, context):
             yield item
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.AckMessageResponse(status=_unsupported("AckMessage"))
         return await self.consume.AckMessage(request, context)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.ChangeInvisibleDurationResponse(
-                status=_unsupported("ChangeInvisibleDuration")
-            )
         return await self.consume.ChangeInvisibleDuration(request, context)
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.ForwardMessageToDeadLetterQueueResponse(
-                status=_unsupported("ForwardMessageToDeadLetterQueue")
-            )
         return await self.consume.ForwardMessageToDeadLetterQueue(request, context)
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        if self.consume is None:
-            yield sv.PullMessageResponse(status=_unsupported("PullMessage"))
-            return
         async for item in self.consume.PullMessage(request, context):
             yield item
 
     async def UpdateOffset(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.UpdateOffsetResponse(status=_unsupported("UpdateOffset"))
         return await self.consume.UpdateOffset(request, context)
 
     async def GetOffset(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.GetOffsetResponse(status=_unsupported("GetOffset"))
         return await self.consume.GetOffset(request, context)
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:
-        if self.consume is None:
-            return sv.QueryOffsetResponse(status=_unsupported("QueryOffset"))
         return await self.consume.QueryOffset(request, context)
 
     # --- Not supported. -------------------------------------------------------------------------

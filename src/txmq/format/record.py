@@ -400,58 +400,6 @@ def frames(blob: bytes | bytearray | memoryview) -> list[int]:
     return starts
 
 
-# What ``split_rows`` yields per record: the columns a bulk reader needs, decoded no further.
-Row = tuple[str, int, int, str, tuple[str, ...], str, bytes, bytes, int, int]
-ROW_FIELDS: Final = (
-    "topic",
-    "queue_id",
-    "queue_offset",
-    "message_id",
-    "keys",
-    "tag",
-    "properties_json",
-    "body",
-    "born_timestamp_ms",
-    "store_timestamp_ms",
-)
-
-
-def split_rows(blob: bytes | bytearray | memoryview) -> list[Row]:
-    """Verify records packed back to back (as a record pull sends them) and return each as a
-    Row: the bulk reader's fast path, one flat pass per record (like ``decode_entry``), the
-    properties left as their JSON bytes for the caller to parse only when not empty.
-
-    Raises:
-        CorruptRecordError: a record fails verification or the blob ends inside one.
-    """
-    view = memoryview(blob)
-    u32 = _U32.unpack_from
-    out: list[Row] = []
-    pos, end = 0, len(view)
-    while pos < end:
-        if end - pos < FIXED_END:
-            raise CorruptRecordError(-1, f"{end - pos} stray bytes after the last record")
-        (phys,) = _I64.unpack_from(view, pos + PHYSICAL_OFFSET_AT)
-        total = _check(view, pos, phys)
-        try:
-            _flag, _batch, qid, qoff, _phys, born, store, _rc, _prep = _FIXED.unpack_from(
-                view, pos + HEAD_SIZE
-            )
-            topic, message_id, tag, keys, at = _routing_strings(view, pos + FIXED_END)
-            n = u32(view, at)[0]
-            props = bytes(view[at + 4 : at + 4 + n])
-            at += 4 + n
-            n = u32(view, at)[0]
-            body = bytes(view[at + 4 : at + 4 + n])
-        except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
-            raise CorruptRecordError(phys, f"bad field: {exc}") from exc
-        if at + 4 + n != pos + total or len(body) != n:
-            raise CorruptRecordError(phys, "field lengths do not add up")
-        out.append((topic, qid, qoff, message_id, keys, tag, props, body, born, store))
-        pos += total
-    return out
-
-
 def _join_keys(keys: tuple[str, ...]) -> bytes:
     """Keys as UTF-8 joined by NUL (validate_draft refuses a NUL inside a key)."""
     return "\0".join(keys).encode()

@@ -4,10 +4,10 @@ Owns: ``to_batch``, the Spark reader's decoder. ``record.frames`` walks the blob
 each record as a whole (size, magic, CRC); the fields are then read with numpy for every record
 at once (one gather per fixed field, one pass per variable-length field) and the Arrow columns
 are built from buffers, so the cost per row is a few array operations instead of a Python tuple
-per row and a Python object per cell (``record.split_rows`` then ``pa.RecordBatch.from_pydict``:
+per row and a Python object per cell (a per-row decoder then ``pa.RecordBatch.from_pydict``:
 ~15 us per 1 KiB row here against ~4 us, and it was most of a Spark read's client CPU).
 
-The result equals what the per-row decoder ``record.split_rows`` gives, converted cell by cell
+The result equals what the full decoder ``record.split`` gives, converted cell by cell
 (tests/spark/test_columnar.py checks it on generated records), with its checks: each record's
 field lengths must add up to its size and its text must be UTF-8, or CorruptRecordError.
 Properties are JSON: a batch whose records carry none (the common case) needs no parsing;

@@ -550,14 +550,14 @@ class Transactions:
 
     # --- Snapshot and recovery. ----------------------------------------------------------------
 
-    def snapshot(self) -> bool:
+    def snapshot(self) -> None:
         """Persist the book with the log offset it reflects (write-temp, fsync, rename).
 
         Concurrent operations do not block it: the snapshot's offset is the log end, lowered to
         where the earliest in-flight operation started, so their records are replayed on
         recovery; a check counted but not yet recorded is saved as not sent. The store is
         flushed before the file is written so a snapshot never reflects a record a crash could
-        still lose. Returns True (kept for callers that count snapshots).
+        still lose.
         """
         with self._snapshotting:
             with self._lock:
@@ -565,7 +565,6 @@ class Transactions:
                 raw = records.encode_snapshot(self.book, offset, self._unrecorded_checks)
             self.store.flush()
             self.store.disk.write_atomic(self.data_dir / _SNAPSHOT, raw)
-        return True
 
     def close(self) -> None:
         """Write a final snapshot. The store is the caller's to close (after this)."""

@@ -54,8 +54,6 @@ PROP_SINK_QUERY: Final = "SPARK_SINK_QUERY"
 PROP_SINK_BATCH: Final = "SPARK_SINK_BATCH"
 PROP_SINK_PARTITION: Final = "SPARK_SINK_PARTITION"
 PROP_SINK_ATTEMPT: Final = "SPARK_SINK_ATTEMPT"
-# Older name of PROP_SINK_QUERY, kept so nothing importing it breaks.
-PROP_SINK_ID: Final = PROP_SINK_QUERY
 
 # Ledger records per key read back; one is normal, more only if a commit was retried.
 LEDGER_RECORDS_PER_KEY_MAX: Final = 8
