@@ -24,7 +24,6 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from txmq import limits
-from txmq.cli.admin_client import RemoteError
 from txmq.dashboard.link import Credentials, Link
 from txmq.dashboard.sampler import Sampler
 from txmq.errors import BrokerUnavailableError, TxmqError
@@ -39,7 +38,7 @@ def banner(exc: Exception) -> str:
     """A broker error as one readable sentence for the page's banner."""
     if isinstance(exc, BrokerUnavailableError):
         return f"Broker {exc.endpoints} is down (unreachable): {exc.reason}"
-    if isinstance(exc, RemoteError) and exc.code in AUTH_CODES:
+    if isinstance(exc, TxmqError) and exc.code in AUTH_CODES:  # errors.from_code keeps it
         return f"The broker refused: {exc}. Sign in with admin credentials."
     code = getattr(exc, "code", None)
     return f"The broker refused the request ({type(exc).__name__}, code {code}): {exc}"
