@@ -45,7 +45,7 @@ def test_each_declared_code_maps_to_its_most_general_declaring_class() -> None:
         (errors.CODE_BAD_REQUEST, errors.BadRequestError),
         (errors.CODE_ILLEGAL_ACCESS_POINT, errors.BadRequestError),  # family 40000
         (40499, errors.NotFoundError),  # family 40400
-        (errors.CODE_UNAUTHORIZED, errors.BrokerRefusedError),
+        (errors.CODE_PROXY_TIMEOUT, errors.BrokerRefusedError),
         (errors.CODE_INTERNAL_ERROR, errors.BrokerRefusedError),
         (12345, errors.BrokerRefusedError),
     ],
