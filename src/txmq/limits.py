@@ -96,6 +96,12 @@ INVISIBLE_DURATION_MS_MAX: Final = 12 * 3600 * 1000
 LONG_POLLING_TIMEOUT_MS_MAX: Final = 30_000
 RECEIVE_BATCH_MAX: Final = 32
 INFLIGHT_PER_GROUP_QUEUE_MAX: Final = 10_000
+# Record bytes one ReceiveMessage stream may hold before gRPC takes them (broker/flow.py): a
+# batch stops before passing it (one record always goes). 8 MiB is two maximum-size default
+# bodies; a client that never reads pins at most this much.
+RECEIVE_STREAM_BYTES_MAX: Final = 8 * MiB
+# ... and all streams together: beyond it receives wait, then get fewer messages or none.
+RECEIVE_BYTES_HELD_MAX: Final = 128 * MiB
 
 # --- Network. -------------------------------------------------------------------------------------
 GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB
@@ -115,6 +121,7 @@ assert TRANSACTION_TIMEOUT_MS_DEFAULT < TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
 assert TRANSACTION_CHECK_INTERVAL_MS_DEFAULT <= TRANSACTION_CHECK_INTERVAL_MS_MAX
 assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
 assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
+assert BODY_SIZE_MAX_DEFAULT < RECEIVE_STREAM_BYTES_MAX < RECEIVE_BYTES_HELD_MAX
 assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0
 assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT
 assert PULL_BYTES_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -28,8 +28,9 @@ from txmq import errors, limits
 from txmq.broker.config import BrokerConfig
 from txmq.broker.delivery import DeadLetter
 from txmq.broker.filter import parse_tags
+from txmq.broker.flow import ByteBudget
 from txmq.broker.metrics import Metrics
-from txmq.broker.offsets import ConsumerPositions
+from txmq.broker.offsets import ConsumerPositions, Delivery
 from txmq.broker.replies import fail, invisible_ms
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import BadRequestError, IllegalFilterExpressionError, IllegalOffsetError
@@ -84,6 +85,7 @@ class ConsumeRpcs:
         self.endpoint = endpoint
         self._wakeups: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self.budget = ByteBudget()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -173,17 +175,22 @@ class ConsumeRpcs:
             fifo = info.message_type is MessageType.FIFO
             deadline = time.monotonic() + self._poll_s(request)
             while True:
-                got, dead = await self.run(
-                    self.positions.receive,
-                    group,
-                    topic,
-                    queue_ids,
-                    tags=wanted,
-                    batch=batch,
-                    invisible_ms=invisible,
-                    now_ms=self.now_ms(),
-                    fifo=fifo,
-                )
+                room = await self.budget.room(deadline - time.monotonic())
+                got: list[Delivery] = []
+                dead: list[DeadLetter] = []
+                if room:
+                    got, dead = await self.run(
+                        self.positions.receive,
+                        group,
+                        topic,
+                        queue_ids,
+                        tags=wanted,
+                        batch=batch,
+                        invisible_ms=invisible,
+                        now_ms=self.now_ms(),
+                        fifo=fifo,
+                        max_bytes=room,
+                    )
                 for letter in dead:
                     await self.run(self.dead_letter, letter)
                 remaining = deadline - time.monotonic()
@@ -198,21 +205,47 @@ class ConsumeRpcs:
                 status=mapping.status(errors.CODE_MESSAGE_NOT_FOUND, "no new message")
             )
             return
-        yield sv.ReceiveMessageResponse(status=mapping.status())
-        stamp = sv.ReceiveMessageResponse()
-        mapping.set_timestamp(stamp.delivery_timestamp, self.now_ms())
-        yield stamp
-        self.metrics.receives.inc(len(got))
-        for d in got:
-            yield sv.ReceiveMessageResponse(
-                message=mapping.message_from_record(
+        replies = self._deliver(got, invisible, info.message_type)
+        try:
+            async for reply in replies:
+                yield reply
+        finally:
+            await replies.aclose()  # now, not at garbage collection: it gives budget back
+
+    async def _deliver(
+        self, got: list[Delivery], invisible: int, message_type: MessageType
+    ) -> AsyncGenerator[Any, None]:
+        """The status, the delivery timestamp, then each message. Each record's bytes count
+        against the flow-control budget until gRPC has taken its message (the ``yield``
+        returns: gRPC writes wait for the client's HTTP/2 window), and the record is dropped
+        as soon as its protobuf exists, so a reader that stalls pins at most what is left of
+        its own batch (broker/flow.py)."""
+        held = sum(d.record.size for d in got)
+        self.budget.take(held)
+        try:
+            yield sv.ReceiveMessageResponse(status=mapping.status())
+            stamp = sv.ReceiveMessageResponse()
+            mapping.set_timestamp(stamp.delivery_timestamp, self.now_ms())
+            yield stamp
+            self.metrics.receives.inc(len(got))
+            got.reverse()  # pop() from the end hands them out in order
+            while got:
+                d = got.pop()
+                size = d.record.size
+                msg = mapping.message_from_record(
                     d.record,
                     receipt_handle=d.receipt_handle,
                     delivery_attempt=d.attempt,
                     invisible_ms=invisible,
-                    message_type=info.message_type,
+                    message_type=message_type,
                 )
-            )
+                del d
+                yield sv.ReceiveMessageResponse(message=msg)
+                del msg
+                held -= size
+                self.budget.give(size)
+        finally:
+            self.budget.give(held)
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
         if len(request.entries) > ACK_ENTRIES_MAX:

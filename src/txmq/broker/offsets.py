@@ -162,22 +162,34 @@ class ConsumerPositions:
         invisible_ms: int,
         now_ms: int,
         fifo: bool,
+        max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
     ) -> tuple[list[Delivery], list[DeadLetter]]:
-        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue."""
+        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue;
+        stops before their records pass ``max_bytes`` (the first always comes), so a stream
+        never holds more than that (broker/flow.py)."""
         invariant(1 <= batch <= limits.RECEIVE_BATCH_MAX, "batch out of range")
         out: list[Delivery] = []
         dead: list[DeadLetter] = []
         with self._lock:
             for qid in queue_ids:
-                if len(out) >= batch:
+                if len(out) >= batch or _bytes(out) >= max_bytes:
                     break
                 key = QueueKey(group, topic, qid)
                 self._open(key)
-                grants, expired = self.book.take_due(
-                    key, now_ms=now_ms, invisible_ms=invisible_ms, room=batch - len(out)
-                )
-                self._collect(grants, expired, {}, out, dead)
-                self._scan(key, tags, batch, invisible_ms, now_ms, fifo, out, dead)
+                # Due redeliveries one at a time, so the byte bound holds for them too.
+                for _ in range(batch):
+                    if len(out) >= batch or (out and _bytes(out) >= max_bytes):
+                        break
+                    grants, expired = self.book.take_due(
+                        key, now_ms=now_ms, invisible_ms=invisible_ms, room=1
+                    )
+                    if not grants and not expired:
+                        break
+                    self._collect(grants, expired, {}, out, dead)
+                left = max_bytes - _bytes(out)
+                if out and left <= 0:
+                    break
+                self._scan(key, tags, batch, invisible_ms, now_ms, fifo, out, dead, left)
             self._dirty = True
         return out, dead
 
@@ -191,29 +203,41 @@ class ConsumerPositions:
         fifo: bool,
         out: list[Delivery],
         dead: list[DeadLetter],
+        max_bytes: int,
     ) -> None:
         for _ in range(SCANS_PER_QUEUE_MAX):
             room = batch - len(out)
             # FIFO reads past held messages to find other groups' heads, so it reads a batch.
             start, count = self.book.scan_window(key, limits.RECEIVE_BATCH_MAX if fifo else room)
-            if room <= 0 or count <= 0:
+            left = max_bytes - _bytes(out)
+            if room <= 0 or count <= 0 or (out and left <= 0):
                 return
             if start >= self.store.queue_offsets(key.topic, key.queue_id)[1]:
                 return
-            read = self.store.read_queue(key.topic, key.queue_id, start, count, tags=tags)
-            if read.next_offset <= start:
+            read = self.store.read_queue(
+                key.topic, key.queue_id, start, count, tags=tags, max_bytes=max(1, left)
+            )
+            records, nxt = list(read.records), read.next_offset
+            if out:  # the batch has its first message: nothing more past the byte bound
+                fit = 0
+                while fit < len(records) and records[fit].size <= left:
+                    left -= records[fit].size
+                    fit += 1
+                if fit < len(records):
+                    records, nxt = records[:fit], records[fit].queue_offset
+            if nxt <= start:
                 return
-            cands = [Candidate(r.queue_offset, _group_of(r)) for r in read.records]
+            cands = [Candidate(r.queue_offset, _group_of(r)) for r in records]
             grants, expired = self.book.offer(
                 key,
-                read.next_offset,
+                nxt,
                 cands,
                 now_ms=now_ms,
                 invisible_ms=invisible_ms,
                 room=room,
                 fifo=fifo,
             )
-            self._collect(grants, expired, {r.queue_offset: r for r in read.records}, out, dead)
+            self._collect(grants, expired, {r.queue_offset: r for r in records}, out, dead)
 
     def _collect(
         self,
@@ -347,6 +371,10 @@ class ConsumerPositions:
             except BaseException:
                 self._dirty = True  # not on disk: the next save must write it
                 raise
+
+
+def _bytes(out: list[Delivery]) -> int:
+    return sum(d.record.size for d in out)
 
 
 def _group_of(rec: Record) -> str:

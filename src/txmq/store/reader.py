@@ -157,6 +157,7 @@ class Reader:
         max_count: int,
         *,
         tags: frozenset[str] | None = None,
+        max_bytes: int | None = None,
     ) -> QueueRead:
         """See ``Store.read_queue``; every record is ``checked``."""
         max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
@@ -165,7 +166,7 @@ class Reader:
         cq, lo, hi = self._queue(topic, queue_id)
         if cq is None:
             return QueueRead((), offset, 0, 0)
-        next_offset, scanned = min(max(offset, lo), hi), 0
+        next_offset, scanned, taken = min(max(offset, lo), hi), 0, 0
         while len(out) < max_count and next_offset < hi:
             if scanned >= limits.READ_SCAN_ENTRIES_MAX:
                 break
@@ -174,6 +175,8 @@ class Reader:
             for entry in entries:
                 if len(out) >= max_count:
                     break
+                if max_bytes is not None and out and taken + entry[1] > max_bytes:
+                    return QueueRead(tuple(out), next_offset, lo, hi)  # the first always goes
                 at = next_offset
                 next_offset += 1
                 scanned += 1
@@ -182,6 +185,7 @@ class Reader:
                 rec = self.checked(topic, queue_id, at, entry)
                 if rec is not None and (tags is None or rec.tag in tags):
                     out.append(rec)
+                    taken += rec.size
             if not entries:
                 break
         return QueueRead(tuple(out), next_offset, lo, hi)

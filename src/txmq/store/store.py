@@ -398,14 +398,18 @@ class Store:
         max_count: int,
         *,
         tags: frozenset[str] | None = None,
+        max_bytes: int | None = None,
     ) -> QueueRead:
         """Read up to ``max_count`` records of a queue from ``offset``, optionally only those
-        whose tag is in ``tags``. A filtered read looks at most READ_SCAN_ENTRIES_MAX entries;
+        whose tag is in ``tags``, stopping before their sizes pass ``max_bytes`` (the first
+        record always comes). A filtered read looks at most READ_SCAN_ENTRIES_MAX entries;
         ``next_offset`` moves past entries it skipped, so a filtered reader still progresses.
         Each record is checked against its queue entry (store/reader.py): a damaged record is
         reported in ``health`` and skipped, a wrong entry makes the queue be rebuilt."""
         self._check_open()
-        return self._reader.read_queue(topic, queue_id, offset, max_count, tags=tags)
+        return self._reader.read_queue(
+            topic, queue_id, offset, max_count, tags=tags, max_bytes=max_bytes
+        )
 
     def read_queue_bytes(
         self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
