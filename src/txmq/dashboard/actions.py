@@ -18,7 +18,8 @@ from starlette.responses import RedirectResponse, Response
 
 from txmq.dashboard.link import Credentials
 from txmq.dashboard.pages import render_body
-from txmq.dashboard.ui import Ui, banner
+from txmq.dashboard.ui import Ui
+from txmq.dashboard.ui_text import banner
 from txmq.errors import TxmqError
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
@@ -55,7 +56,7 @@ async def _confirmed(
     if not ui.token_ok(action, target, token):
         return _redirect(back, error="the confirmation was not valid; try again")
     try:
-        await ui.call(request, *call)
+        await ui.call(request, *call, write=True)
     except TxmqError as exc:
         return _redirect(back, error=banner(exc))
     return _redirect(back, done=done)

@@ -23,13 +23,19 @@ from txmq.dashboard import actions, pages
 from txmq.dashboard.link import Link
 from txmq.dashboard.sampler import Sampler
 from txmq.dashboard.ui import Ui
+from txmq.protocol.client_security import ClientSecurity
 
 STATIC = Path(__file__).with_name("static")
 Handler = Callable[[Ui, Request], Awaitable[Response]]
 
 
-def build_app(members: list[str], *, sample_period_ms: int | None = None) -> Starlette:
-    link = Link(members)
+def build_app(
+    members: list[str],
+    *,
+    sample_period_ms: int | None = None,
+    security: ClientSecurity | None = None,
+) -> Starlette:
+    link = Link(members, security)
     period_ms = limits.DASHBOARD_SAMPLE_PERIOD_MS if sample_period_ms is None else sample_period_ms
     sampler = Sampler(link, period_ms=period_ms)
     ui = Ui(link, sampler)

@@ -13,7 +13,9 @@ import sys
 import click
 
 from txmq import limits
+from txmq.cli.security import current, security_options
 from txmq.dashboard.link import parse_members
+from txmq.protocol.client_security import ClientSecurity
 
 DASHBOARD_LISTEN_BACKLOG = 128
 
@@ -37,18 +39,29 @@ DASHBOARD_LISTEN_BACKLOG = 128
     ),
     help="How often to sample each broker's metrics for the charts.",
 )
+@security_options
 def dashboard(endpoints: str, host: str, port: int, sample_ms: int) -> None:
     """Serve a web dashboard: overview charts, topics, consumer groups, transactions and
-    message lookup, over the broker's admin channel. Ctrl-C stops it."""
+    message lookup, over the broker's admin channel. Ctrl-C stops it.
+
+    With ACL on the broker, --access-key/--secret-key (an admin's) sign the dashboard's reads;
+    changes need a person to sign in on the page with an admin's keys (else read-only).
+    """
     try:
         members = parse_members(endpoints)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--endpoints") from exc
-    serve(members, host=host, port=port, sample_ms=sample_ms)
+    # Read now: the click context that holds the options is gone in uvicorn's threads.
+    serve(members, host=host, port=port, sample_ms=sample_ms, security=current())
 
 
 def serve(
-    members: list[str], *, host: str, port: int, sample_ms: int = limits.DASHBOARD_SAMPLE_PERIOD_MS
+    members: list[str],
+    *,
+    host: str,
+    port: int,
+    sample_ms: int = limits.DASHBOARD_SAMPLE_PERIOD_MS,
+    security: ClientSecurity | None = None,
 ) -> None:
     """Bind, print ``txmq dashboard on http://HOST:PORT/`` (the real port when 0 was asked,
     flushed, for scripts and tests), then serve until Ctrl-C or SIGTERM."""
@@ -63,7 +76,9 @@ def serve(
     # queued until uvicorn accepts, instead of refused.
     sock.listen(DASHBOARD_LISTEN_BACKLOG)
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(members, sample_period_ms=sample_ms), log_level="warning")
+    config = uvicorn.Config(
+        build_app(members, sample_period_ms=sample_ms, security=security), log_level="warning"
+    )
     click.echo(f"txmq dashboard on http://{host}:{bound}/ watching {', '.join(members)}")
     sys.stdout.flush()
     uvicorn.Server(config).run(sockets=[sock])

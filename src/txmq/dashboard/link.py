@@ -1,59 +1,53 @@
 """The dashboard's calls to brokers: the admin client, run off the event loop, per member.
 
 Owns: which members (``--endpoints`` HOST:PORT, comma-separated for a cluster) the dashboard
-talks to, picking the member a page reads from, and passing admin credentials when a person
-signed in. Must not: import broker internals (only the admin client, as the CLI does), retry
-(a page shows the error), or keep state beyond the member list.
+talks to, picking the member a page reads from, and whose keys sign each call. Must not: import
+broker internals (only the admin client, as the CLI does), retry (a page shows the error), or
+keep state beyond the member list.
 
-Credentials hook: a broker with ACL enabled refuses admin calls without an access key and a
-signature. ``Credentials`` are handed to the admin client's ``call`` as ``credentials=`` once it
-takes them (the security work adds them to clients); until then a signed-in session's calls
-fail with a readable banner saying the admin client cannot send credentials.
+Keys: the dashboard process has its own ``ClientSecurity`` (``txmq dashboard --access-key
+--secret-key --tls --ca-file``, or the TXMQ_* variables): it signs the sampler's and the pages'
+reads. A person who signed in on the page has their ``Credentials`` sign everything they do.
+A change (create or delete a topic, decide a transaction) is never signed with the process's
+keys: without a person's admin keys it goes unsigned, so a broker with ACL refuses it and the
+dashboard is read-only; a broker without ACL accepts it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from txmq import limits
 from txmq.cli import admin_client
-from txmq.errors import BrokerUnavailableError, TxmqError, invariant
+from txmq.errors import BrokerUnavailableError, invariant
+from txmq.protocol.client_security import ClientSecurity
 
 
 @dataclass(frozen=True)
 class Credentials:
     access_key: str
-    secret_key: str
-
-    def __repr__(self) -> str:  # never print the secret in a log or a traceback
-        return f"Credentials(access_key={self.access_key!r}, secret_key=***)"
-
-
-class CredentialsUnsupportedError(TxmqError):
-    """This build's admin client cannot sign calls yet."""
-
-
-def _admin_takes_credentials() -> bool:
-    return "credentials" in inspect.signature(admin_client.call).parameters
+    secret_key: str = dataclasses.field(repr=False)
 
 
 def call_blocking(
-    endpoint: str, method: str, args: dict[str, Any], credentials: Credentials | None
+    endpoint: str,
+    method: str,
+    args: dict[str, Any],
+    *,
+    security: ClientSecurity,
+    credentials: Credentials | None,
+    write: bool,
 ) -> dict[str, Any]:
-    """One admin call (blocking), with credentials when given."""
+    """One admin call (blocking), signed as the module docstring says."""
     timeout_s = limits.DASHBOARD_CALL_TIMEOUT_MS / 1000.0
-    if credentials is None:
-        reply = admin_client.call(endpoint, method, args, timeout_s=timeout_s)
-    elif _admin_takes_credentials():
-        signed_call: Any = admin_client.call  # typed once the admin client takes credentials
-        reply = signed_call(endpoint, method, args, timeout_s=timeout_s, credentials=credentials)
-    else:
-        raise CredentialsUnsupportedError(
-            "this txmq's admin client cannot send credentials yet; sign out to browse read-only"
-        )
+    if write and credentials is None:
+        security = dataclasses.replace(security, access_key="", secret_key="")
+    reply = admin_client.call(
+        endpoint, method, args, timeout_s=timeout_s, security=security, credentials=credentials
+    )
     invariant(isinstance(reply, dict), "the admin client returns a JSON object")
     return dict(reply)
 
@@ -66,9 +60,10 @@ def parse_members(endpoints: str) -> list[str]:
 
 
 class Link:
-    def __init__(self, members: list[str]) -> None:
+    def __init__(self, members: list[str], security: ClientSecurity | None = None) -> None:
         invariant(bool(members), "a dashboard watches at least one broker")
         self.members = members
+        self.security = security if security is not None else ClientSecurity()
         # The member that answered last: pages read from it, so one member down does not
         # blank every page of a cluster.
         self.preferred = members[0]
@@ -80,6 +75,7 @@ class Link:
         *,
         member: str | None = None,
         credentials: Credentials | None = None,
+        write: bool = False,
     ) -> dict[str, Any]:
         """Call ``method`` on ``member``, or on the preferred member and then the others.
 
@@ -95,7 +91,15 @@ class Link:
         last: BrokerUnavailableError | None = None
         for m in order:
             try:
-                reply = await asyncio.to_thread(call_blocking, m, method, args or {}, credentials)
+                reply = await asyncio.to_thread(
+                    call_blocking,
+                    m,
+                    method,
+                    args or {},
+                    security=self.security,
+                    credentials=credentials,
+                    write=write,
+                )
             except BrokerUnavailableError as exc:
                 last = exc
                 continue

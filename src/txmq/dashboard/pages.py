@@ -65,7 +65,7 @@ def member_view(ui: Ui, member: str, now_ms: int) -> dict[str, Any]:
         span_ms=span,
         css_class="traffic",
     )
-    up = [s for s in samples if s.up]
+    up = [s for s in samples if s.measured]
     pending = line_chart(
         f"{member}: pending transactions",
         [
@@ -80,6 +80,7 @@ def member_view(ui: Ui, member: str, now_ms: int) -> dict[str, Any]:
         "endpoint": member,
         "sampled": latest is not None,
         "up": latest is not None and latest.up,
+        "refused": latest is not None and latest.refused,
         "error": latest.error if latest else "",
         "disk": latest.disk_used_ratio if latest else 0.0,
         "watermark": latest.disk_watermark if latest else 1.0,

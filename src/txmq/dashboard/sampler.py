@@ -16,7 +16,8 @@ import time
 from txmq import limits
 from txmq.dashboard.link import Link
 from txmq.dashboard.samples import Ring, Sample, parse_sample
-from txmq.errors import TxmqError
+from txmq.dashboard.ui_text import banner
+from txmq.errors import BrokerUnavailableError, TxmqError
 
 log = logging.getLogger("txmq.dashboard")
 
@@ -38,8 +39,10 @@ class Sampler:
             return parse_sample(
                 str(r["metrics"]), now, float(r["disk_used_ratio"]), float(r["disk_watermark"])
             )
-        except TxmqError as exc:
+        except BrokerUnavailableError as exc:
             return Sample(time_ms=now, up=False, error=str(exc))
+        except TxmqError as exc:
+            return Sample(time_ms=now, up=True, refused=True, error=banner(exc))
 
     async def sample_all(self) -> None:
         samples = await asyncio.gather(*(self.sample(m) for m in self.link.members))

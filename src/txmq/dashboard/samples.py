@@ -31,6 +31,8 @@ class Sample:
     time_ms: int
     up: bool
     error: str = ""
+    # Up, but it refused the Status call (ACL without the dashboard's admin keys): no metrics.
+    refused: bool = False
     sent: float = 0.0
     received: float = 0.0
     acked: float = 0.0
@@ -38,6 +40,11 @@ class Sample:
     dead: float = 0.0
     disk_used_ratio: float = 0.0
     disk_watermark: float = 1.0
+
+    @property
+    def measured(self) -> bool:
+        """True when the values came from the broker's metrics."""
+        return self.up and not self.refused
 
 
 def parse_sample(text: str, time_ms: int, disk_used: float, watermark: float) -> Sample:
@@ -78,7 +85,7 @@ def rates(samples: list[Sample]) -> list[Rate]:
     """
     out = []
     for a, b in itertools.pairwise(samples):
-        if not (a.up and b.up) or b.time_ms <= a.time_ms:
+        if not (a.measured and b.measured) or b.time_ms <= a.time_ms:
             continue
         if b.sent < a.sent or b.received < a.received:
             continue

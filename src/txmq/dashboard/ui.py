@@ -26,22 +26,11 @@ from starlette.templating import Jinja2Templates
 from txmq import limits
 from txmq.dashboard.link import Credentials, Link
 from txmq.dashboard.sampler import Sampler
-from txmq.errors import BrokerUnavailableError, TxmqError
+from txmq.dashboard.ui_text import banner
+from txmq.errors import TxmqError
 
 COOKIE = "txmq_dashboard_session"
 TEMPLATES = Path(__file__).with_name("templates")
-# Status codes a broker with ACL answers when credentials are missing or lack the right.
-AUTH_CODES = (40100, 40300)
-
-
-def banner(exc: Exception) -> str:
-    """A broker error as one readable sentence for the page's banner."""
-    if isinstance(exc, BrokerUnavailableError):
-        return f"Broker {exc.endpoints} is down (unreachable): {exc.reason}"
-    if isinstance(exc, TxmqError) and exc.code in AUTH_CODES:  # errors.from_code keeps it
-        return f"The broker refused: {exc}. Sign in with admin credentials."
-    code = getattr(exc, "code", None)
-    return f"The broker refused the request ({type(exc).__name__}, code {code}): {exc}"
 
 
 class Ui:
@@ -81,8 +70,18 @@ class Ui:
 
     # --- Calls and pages. ------------------------------------------------------------------------
 
-    async def call(self, request: Request, method: str, args: dict[str, Any] | None = None) -> Any:
-        return await self.link.call(method, args, credentials=self.credentials(request))
+    async def call(
+        self,
+        request: Request,
+        method: str,
+        args: dict[str, Any] | None = None,
+        *,
+        write: bool = False,
+    ) -> Any:
+        """``method`` signed by the person's keys if signed in; a ``write`` never by the
+        dashboard's own (link.py)."""
+        creds = self.credentials(request)
+        return await self.link.call(method, args, credentials=creds, write=write)
 
     def render(self, request: Request, template: str, **context: Any) -> Response:
         context.setdefault("error", request.query_params.get("error", ""))
