@@ -73,3 +73,11 @@ def test_bench_spark_reports_both_rates(tmp_path: Path) -> None:
     assert summary["messages"] == 300
     assert set(summary["wall_s"]) == set(summary["in_batches_s"]) == {"txmq", "jsonl", "floor"}
     assert summary["ratio_wall"] > 0 and summary["ratio_in_batches"] > 0
+
+
+def test_bench_auth_compares_with_the_open_broker(tmp_path: Path) -> None:
+    out = run_bench("bench_auth.py", "--calls", "20", "--rounds", "1", tmp=tmp_path)
+    assert "Guard.authenticate: cached signature" in out, out
+    for method in ("QueryRoute", "SendMessage"):
+        for mode in ("open", "acl", "acl+tls"):
+            assert f"{method:<12} {mode:<8} broker CPU" in out, out

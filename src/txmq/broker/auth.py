@@ -2,7 +2,7 @@
 
 Owns: reading the ACL file (refused when group or others may read it), the current rules and
 their reload, authenticating one call's metadata (``Guard.authenticate``, with a cache of
-verified signatures per access key and date), the binding of client ids to the access key that
+verified headers per date), the binding of client ids to the access key that
 first used them, and the rights each RPC needs (``RULES``, ``DATA_RULES``). The interceptor that
 applies them at the edge of the server is txmq/broker/edge.py.
 Must not: block the event loop beyond a dictionary lookup and one HMAC, or log a secret.
@@ -81,15 +81,15 @@ class Guard:
         self.acl = acl
         self.source = source
         self.transaction_topic = transaction_topic
-        # (access key, date text) -> (expected signature, date in ms).
-        self._signatures: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
+        # (authorization header, date header) verified -> (access key, date in ms).
+        self._verified: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
         # Client id -> access key that first used it.
         self._client_ids: OrderedDict[str, str] = OrderedDict()
 
     def replace(self, acl: Acl) -> None:
         """Take new rules; cached signatures were computed with the old secrets."""
         self.acl = acl
-        self._signatures.clear()
+        self._verified.clear()
         self._client_ids.clear()
 
     def reload_read(self) -> Acl | None:
@@ -111,27 +111,35 @@ class Guard:
                 or a client id already used with another access key.
         """
         pairs = tuple(metadata or ())
-        header = auth.parse_authorization(metadata_value(pairs, auth.HEADER_AUTHORIZATION))
+        text = metadata_value(pairs, auth.HEADER_AUTHORIZATION)
         date = metadata_value(pairs, auth.HEADER_DATE)
-        key = (header.access_key, date)
-        cached = self._signatures.get(key)
+        # A header (signature included) already verified with this date needs no parse and no
+        # HMAC again: only the date window is re-checked.
+        verified = self._verified.get((text, date))
+        if verified is None:
+            user, date_ms = self._verify(text, date)
+        else:
+            access_key, date_ms = verified
+            # Present: the cache is emptied whenever the rules change.
+            user = self.acl.users[access_key]
+        auth.check_date(date_ms, now_ms)
+        if verified is None:
+            self._verified[(text, date)] = (user.access_key, date_ms)
+            if len(self._verified) > limits.AUTH_SIGNATURE_CACHE_MAX:
+                self._verified.popitem(last=False)
+        self._bind_client_id(metadata_value(pairs, "x-mq-client-id"), user)
+        return user
+
+    def _verify(self, text: str, date: str) -> tuple[User, int]:
+        """Parse and check one header against the rules: the user and the date in ms."""
+        header = auth.parse_authorization(text)
         user = self.acl.user(header.access_key)
         if user is None:
             raise UnauthorizedError(f"unknown access key {header.access_key!r}")
-        if cached is None:
-            date_ms = auth.parse_date_ms(date)
-            expected = auth.sign(user.secret_key, date)
-        else:
-            expected, date_ms = cached
-        auth.check_date(date_ms, now_ms)
-        if not auth.signature_matches(header.signature, expected):
+        date_ms = auth.parse_date_ms(date)
+        if not auth.signature_matches(header.signature, auth.sign(user.secret_key, date)):
             raise UnauthorizedError(f"wrong signature for access key {header.access_key!r}")
-        if cached is None:
-            self._signatures[key] = (expected, date_ms)
-            if len(self._signatures) > limits.AUTH_SIGNATURE_CACHE_MAX:
-                self._signatures.popitem(last=False)
-        self._bind_client_id(metadata_value(pairs, "x-mq-client-id"), user)
-        return user
+        return user, date_ms
 
     def _bind_client_id(self, client_id: str, user: User) -> None:
         if not client_id:

@@ -114,8 +114,16 @@ def parse_date_ms(text: str) -> int:
         raise UnauthorizedError(f"no {HEADER_DATE} header")
     if _DATE_PATTERN.fullmatch(text) is None:
         raise UnauthorizedError(f"{HEADER_DATE} must be YYYYMMDDTHHMMSSZ")
-    try:
-        moment = datetime.strptime(text, DATE_FORMAT).replace(tzinfo=UTC)
+    try:  # by hand: strptime costs ~10x more, and this runs for every uncached signature
+        moment = datetime(
+            int(text[0:4]),
+            int(text[4:6]),
+            int(text[6:8]),
+            int(text[9:11]),
+            int(text[11:13]),
+            int(text[13:15]),
+            tzinfo=UTC,
+        )
     except ValueError as exc:
         raise UnauthorizedError(f"{HEADER_DATE} is not a valid date") from exc
     return int(moment.timestamp()) * 1000
