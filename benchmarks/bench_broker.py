@@ -55,9 +55,10 @@ DRAIN_S_MAX = 15.0
 KEY_BYTES = 24
 
 
-def start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
-    """Start a server process and read its "listening on HOST:PORT" line."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+def start(cmd: list[str], src: str = str(ROOT / "src")) -> tuple[subprocess.Popen[str], str]:
+    """Start a server process (importing txmq from ``src``) and read its "listening on
+    HOST:PORT" line."""
+    env = dict(os.environ, PYTHONPATH=src)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )
@@ -253,61 +254,94 @@ def phase(
     )
 
 
-def report(threads: int, echo: tuple[float, float], pairs: dict[str, tuple[Phase, Phase]]) -> str:
-    """The lines printed for one thread count: ``pairs`` maps workload -> (txmq, floor)."""
+def report(threads: int, echo: tuple[float, float], runs: dict[str, list[Phase]]) -> str:
+    """The lines printed for one thread count: ``runs`` maps a workload to its phases (txmq,
+    the floor, and the baseline broker when there is one)."""
     echo_sync, echo_aio = echo
-    t, ft = pairs["transactional"]
-    p, fp = pairs["plain"]
-    return (
+    lines = [
         f"{threads:2d} threads: grpc.aio echo {echo_sync:6.0f} calls/s, through an asyncio "
-        f"client like the official one's {echo_aio:6.0f} calls/s\n"
-        f"  transactional: txmq {t.rate:6.0f} txn/s (= {2 * t.rate:6.0f} calls/s, "
-        f"{200 * t.rate / echo_sync:3.0f}% of echo), floor {ft.rate:6.0f} txn/s "
-        f"(txmq = {100 * t.rate / max(ft.rate, 1e-9):3.0f}% of it)\n"
-        f"    send+commit p50 {t.send_p50_ms:.1f} ms p99 {t.send_p99_ms:.1f} ms (floor p99 "
-        f"{ft.send_p99_ms:.1f}) | start->receipt p50 {t.p50_ms:.1f} ms p99 {t.p99_ms:.1f} ms "
-        f"({t.receipts} receipts)\n"
-        f"    CPU per transaction: broker {t.server_ms:.3f} ms, floor {ft.server_ms:.3f} ms, "
-        f"ratio {t.server_ms / max(ft.server_ms, 1e-9):.2f} (goal <= 1.3) | producer process "
-        f"{t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms\n"
-        f"  plain 1 KiB (send, receive, ack): txmq {p.rate:6.0f} msg/s, floor {fp.rate:6.0f} "
-        f"msg/s | send p50 {p.send_p50_ms:.1f} ms p99 {p.send_p99_ms:.1f} ms\n"
-        f"    CPU per plain message: broker {p.server_ms:.3f} ms, floor {fp.server_ms:.3f} ms, "
-        f"ratio {p.server_ms / max(fp.server_ms, 1e-9):.2f}"
+        f"client like the official one's {echo_aio:6.0f} calls/s"
+    ]
+    if "transactional" in runs:
+        t, ft, *base = runs["transactional"]
+        lines += [
+            f"  transactional: txmq {t.rate:6.0f} txn/s (= {2 * t.rate:6.0f} calls/s, "
+            f"{200 * t.rate / echo_sync:3.0f}% of echo), floor {ft.rate:6.0f} txn/s "
+            f"(txmq = {100 * t.rate / max(ft.rate, 1e-9):3.0f}% of it)",
+            f"    send+commit p50 {t.send_p50_ms:.1f} ms p99 {t.send_p99_ms:.1f} ms (floor p99 "
+            f"{ft.send_p99_ms:.1f}) | start->receipt p50 {t.p50_ms:.1f} ms p99 {t.p99_ms:.1f} "
+            f"ms ({t.receipts} receipts)",
+            f"    CPU per transaction: broker {t.server_ms:.3f} ms, floor {ft.server_ms:.3f} ms, "
+            f"ratio {t.server_ms / max(ft.server_ms, 1e-9):.2f} (goal <= 1.3) | producer "
+            f"process {t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms",
+            *(_baseline_line(t, ft, b) for b in base),
+        ]
+    if "plain" in runs:
+        p, fp, *base = runs["plain"]
+        lines += [
+            f"  plain 1 KiB (send, receive, ack): txmq {p.rate:6.0f} msg/s, floor "
+            f"{fp.rate:6.0f} msg/s | send p50 {p.send_p50_ms:.1f} ms p99 {p.send_p99_ms:.1f} ms",
+            f"    CPU per plain message: broker {p.server_ms:.3f} ms, floor {fp.server_ms:.3f} "
+            f"ms, ratio {p.server_ms / max(fp.server_ms, 1e-9):.2f}",
+            *(_baseline_line(p, fp, b) for b in base),
+        ]
+    return "\n".join(lines)
+
+
+def _baseline_line(this: Phase, floor: Phase, base: Phase) -> str:
+    return (
+        f"    baseline broker (--baseline-src): {base.rate:6.0f}/s, CPU {base.server_ms:.3f} ms, "
+        f"ratio {base.server_ms / max(floor.server_ms, 1e-9):.2f}, send p99 "
+        f"{base.send_p99_ms:.1f} ms; this tree's CPU = "
+        f"{100 * this.server_ms / max(base.server_ms, 1e-9):.0f}% of it"
     )
+
+
+def broker_cmd(data_dir: str) -> list[str]:
+    return [sys.executable, "-m", "txmq.broker", "--data-dir", data_dir, "--port", "0"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--threads", default="1,32")
+    ap.add_argument("--workloads", default="transactional,plain")
+    ap.add_argument(
+        "--baseline-src",
+        help="also run a broker from this directory (another checkout's src/), alternating "
+        "with this tree's, for an A/B in one run",
+    )
     args = ap.parse_args()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# broker benchmark on {machine()}, load average {load} (official client)")
     floors = Path(__file__).with_name("floor_servers.py")
     echo, echo_endpoint = start([sys.executable, str(floors), "echo"])
     stub, stub_endpoint = start([sys.executable, str(floors), "stub"])
+    servers = [echo, stub]
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as d:
-        cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", d, "--port", "0"]
-        broker, endpoints = start(cmd)
         try:
+            broker, endpoints = start(broker_cmd(f"{d}/this"))
+            servers.append(broker)
+            targets = [(endpoints, broker.pid), (stub_endpoint, stub.pid)]
+            if args.baseline_src:
+                base, base_endpoints = start(broker_cmd(f"{d}/base"), src=args.baseline_src)
+                servers.append(base)
+                targets.append((base_endpoints, base.pid))
             for n in (int(x) for x in args.threads.split(",")):
                 rates = (
                     echo_rate(echo_endpoint, n, args.seconds),
                     echo_rate_aio_client(echo_endpoint, n, args.seconds),
                 )
-                pairs = {
-                    kind: (
-                        phase(endpoints, broker.pid, n, args.seconds, transactional=txn),
-                        phase(stub_endpoint, stub.pid, n, args.seconds, transactional=txn),
-                    )
-                    for kind, txn in (("transactional", True), ("plain", False))
+                runs = {
+                    kind: [
+                        phase(ep, pid, n, args.seconds, transactional=kind == "transactional")
+                        for ep, pid in targets
+                    ]
+                    for kind in args.workloads.split(",")
                 }
-                print(report(n, rates, pairs), flush=True)
+                print(report(n, rates, runs), flush=True)
         finally:
-            broker.terminate()
-            broker.wait(30)
-            for server in (echo, stub):
+            for server in servers:
                 server.terminate()
                 server.wait(30)
 

@@ -20,9 +20,11 @@ import collections
 import contextlib
 import itertools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import grpc
+import uvloop
 
 # Queued committed messages per topic; beyond this the stub drops the oldest (a consumer that
 # falls this far behind has failed the run anyway).
@@ -171,7 +173,11 @@ def stub_servicer(port: int) -> Any:
     return Stub()
 
 
-def stub_main() -> None:
+def stub_main(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop,
+) -> None:
+    """Serve the stub on the broker's own event loop (uvloop, txmq.broker.app.run), so the
+    floor's gRPC calls cost what the broker's would with no work behind them."""
     from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
     async def serve() -> None:
@@ -182,8 +188,14 @@ def stub_main() -> None:
         print(f"stub listening on 127.0.0.1:{port}", flush=True)
         await server.wait_for_termination()
 
-    asyncio.run(serve())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve())
 
 
 if __name__ == "__main__":
-    {"echo": echo_main, "stub": stub_main}[sys.argv[1]]()
+    {
+        "echo": echo_main,
+        "stub": stub_main,
+        # The floor on asyncio's own loop, to see what uvloop changes.
+        "stub-asyncio": lambda: stub_main(asyncio.new_event_loop),
+    }[sys.argv[1]]()

@@ -102,6 +102,11 @@ INFLIGHT_PER_GROUP_QUEUE_MAX: Final = 10_000
 RECEIVE_STREAM_BYTES_MAX: Final = 8 * MiB
 # ... and all streams together: beyond it receives wait, then get fewer messages or none.
 RECEIVE_BYTES_HELD_MAX: Final = 128 * MiB
+# A receive whose queues end at most this many entries past the group's ack offset reads only
+# records written lately (still in the page cache), so the broker serves it on its event loop
+# instead of paying an executor round trip (two thread hand-offs); a group further behind may
+# read cold records from disk, which must not stall the loop, so its receives stay in a thread.
+RECEIVE_ON_LOOP_LAG_MAX: Final = 1024
 
 # --- Network. -------------------------------------------------------------------------------------
 GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB

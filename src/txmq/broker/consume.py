@@ -7,8 +7,9 @@ GetOffset and QueryOffset; appending dead letters to ``%DLQ%<group>``; waking lo
 ``notify_appended``; the background sweep that dead-letters abandoned last attempts and saves
 positions.
 Must not: keep delivery state (``ConsumerPositions`` in offsets.py does) or block the event loop
-(store calls run in the executor; acks and invisibility changes, which touch only memory, run on
-the loop).
+(store calls run in the executor, except a receive that reads only records written lately,
+which are in the page cache; acks and invisibility changes, which touch only memory, run on the
+loop).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class ConsumeRpcs:
                 got: list[Delivery] = []
                 dead: list[DeadLetter] = []
                 if room:
-                    got, dead = await self.run(
+                    receive = functools.partial(
                         self.positions.receive,
                         group,
                         topic,
@@ -191,6 +192,11 @@ class ConsumeRpcs:
                         fifo=fifo,
                         max_bytes=room,
                     )
+                    # Records written lately are in the page cache: read them on the loop.
+                    if self.positions.reads_recent(group, topic, queue_ids):
+                        got, dead = receive()
+                    else:
+                        got, dead = await self.run(receive)
                 for letter in dead:
                     await self.run(self.dead_letter, letter)
                 remaining = deadline - time.monotonic()

@@ -4,7 +4,8 @@ Owns: ``drive``. A durable RPC (SendMessage, EndTransaction) writes on the loop 
 the page cache, under the store's writer lock, never held across an fsync) and then awaits a
 future that the store's flusher resolves, through ``Group.on_done`` and
 ``call_soon_threadsafe``, once the fsync covering the write returned. That is two thread
-hand-offs per RPC (loop -> flusher, flusher -> loop) instead of four through an executor.
+hand-offs per RPC (loop -> flusher, flusher -> loop) instead of four through an executor, and
+the flusher wakes the loop once per group commit, not once per RPC in it.
 
 Must not: block. What may block beyond a write (creating a topic, the delay schedule, a second
 decision of a transaction in flight) is the caller's to send to the executor instead.
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from concurrent.futures import Executor
 from typing import TypeVar
 
+from txmq.store.flush import Group
 from txmq.store.store import Pending
 from txmq.txn.steps import Steps, run_blocking
 
@@ -24,24 +27,52 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+class _Waiters:
+    """The loop's futures waiting on each group commit. Each group gets one ``on_done``
+    callback, and so one ``call_soon_threadsafe`` from the flusher however many RPCs wait on
+    it (each call wakes the loop). Touched only on the loop's thread (the flusher thread only
+    schedules ``_resolve``), so it needs no lock."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.futures: dict[Group, list[asyncio.Future[None]]] = {}
+
+    def wait(self, group: Group) -> asyncio.Future[None]:
+        fut = self.loop.create_future()
+        waiting = self.futures.get(group)
+        if waiting is not None:
+            waiting.append(fut)
+            return fut
+        self.futures[group] = [fut]
+        loop = self.loop
+
+        def wake() -> None:
+            # Runs on the flusher thread (or here, if the group is done already).
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._resolve, group)
+
+        group.on_done(wake)
+        return fut
+
+    def _resolve(self, group: Group) -> None:
+        for fut in self.futures.pop(group, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+
+_waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def _durable(loop: asyncio.AbstractEventLoop, pending: Pending) -> None:
     group = pending.group
     if group is None:
         return
-    fut = loop.create_future()
-
-    def wake() -> None:
-        # Runs on the flusher thread (or here, if the group is done already).
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_resolve, fut)
-
-    group.on_done(wake)
-    await fut
+    waiters = _waiters.get(loop)
+    if waiters is None:
+        waiters = _waiters[loop] = _Waiters(loop)
+    await waiters.wait(group)
 
 
 async def drive(steps: Steps[T], executor: Executor) -> T:

@@ -151,6 +151,21 @@ class ConsumerPositions:
             self.book.open(key, lo)
         self.book.clamp(key, lo)
 
+    def reads_recent(self, group: str, topic: str, queue_ids: list[int]) -> bool:
+        """Whether ``receive`` would read only records near the end of these queues: every
+        queue already has this group's book and ends at most RECEIVE_ON_LOOP_LAG_MAX entries
+        past its ack offset (due redeliveries, held FIFO messages and new ones all lie in
+        between). Then the event loop may run ``receive`` itself (see limits.py)."""
+        with self._lock:
+            for qid in queue_ids:
+                book = self.book.books.get(QueueKey(group, topic, qid))
+                if book is None:
+                    return False
+                end = self.store.queue_offsets(topic, qid)[1]
+                if end - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
+                    return False
+        return True
+
     def receive(
         self,
         group: str,
