@@ -192,7 +192,7 @@ async def serve(
             from prometheus_client import start_http_server
 
             metrics_http = start_http_server(
-                config.metrics_port, addr=config.host, registry=parts.metrics.registry
+                config.metrics_port, addr=config.metrics_host, registry=parts.metrics.registry
             )
         await server.start()
         await consume.start()

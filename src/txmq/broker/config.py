@@ -23,6 +23,9 @@ class BrokerConfig:
     # The endpoint QueryRoute advertises; defaults to host:bound-port.
     advertised_host: str = ""
     metrics_port: int | None = None
+    # The metrics page has no authentication: it stays on this machine unless set otherwise,
+    # whatever ``host`` the gRPC port binds (docs/security.md).
+    metrics_host: str = "127.0.0.1"
     auto_create_topics: bool = True
     default_queue_count: int = 4
     store: StoreConfig = field(default_factory=StoreConfig)
