@@ -86,3 +86,42 @@ async def test_a_decision_in_flight_is_refused_without_blocking(clock: Clock) ->
         assert await first is Outcome.COMMITTED
     tx.close()
     store.close()
+
+
+async def test_one_wake_per_group_resumes_every_request_in_it(clock: Clock) -> None:
+    """Goal: the loop registers one callback per group commit, however many requests wait on
+    it, and that one wake resumes them all. Method: hold the first fsync, let 8 more prepares
+    write meanwhile (they share the next group), then release the gate."""
+    disk = GatedDisk()
+    store = Store.open(ROOT / "store", SMALL, now_ms=clock, disk=disk)
+    tx = Transactions(store, ROOT, now_ms=clock)
+    disk.gated = True
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(1) as pool:
+        first = asyncio.ensure_future(
+            durable.drive(tx.prepare_steps(draft(0), producer_group="g"), pool)
+        )
+        assert await asyncio.to_thread(disk.entered.acquire, True, 10), "first fsync started"
+        rest = [
+            asyncio.ensure_future(
+                durable.drive(tx.prepare_steps(draft(n), producer_group="g"), pool)
+            )
+            for n in range(1, 9)
+        ]
+        waiters = durable._waiters[loop]
+        for _ in range(1000):  # bounded: each pass lets the new tasks reach their await
+            if sum(len(f) for f in waiters.futures.values()) == 9:
+                break
+            await asyncio.sleep(0)
+        sizes = sorted(len(f) for f in waiters.futures.values())
+        assert sizes == [1, 8], "the 8 later writes share one group, the first has its own"
+        callbacks = [len(group._callbacks) for group in waiters.futures]
+        assert callbacks == [1, 1], "one flusher -> loop wake per group, not per request"
+        disk.gated = False
+        disk.gate.set()
+        tids = await asyncio.wait_for(asyncio.gather(first, *rest), 10)
+    assert {tid for tid, _ in tids} <= set(tx.book.pending)
+    assert len(tids) == 9
+    assert not waiters.futures, "every group's waiters were resumed and dropped"
+    tx.close()
+    store.close()

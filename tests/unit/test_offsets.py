@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SMALL, Clock
+from txmq import limits
 from txmq.broker.delivery import Position, QueueKey
 from txmq.broker.offsets import FILE_NAME, ConsumerPositions, Delivery, OffsetFile
 from txmq.errors import ConfigError, InvalidReceiptHandleError
@@ -131,4 +132,20 @@ def test_fifo_over_the_store_delivers_a_group_in_order(tmp_path: Path, clock: Cl
             bodies.append(d.record.body)
             p.ack("g", d.receipt_handle)
     assert bodies == [b"m0", b"m1", b"m2", b"m3"]
+    store.close()
+
+
+def test_reads_recent_only_near_the_end_of_a_known_queue(tmp_path: Path, clock: Clock) -> None:
+    """What the broker serves on its event loop: a receive of a group that already has a
+    position and is at most RECEIVE_ON_LOOP_LAG_MAX entries behind the queue's end."""
+    store = _store(tmp_path, clock)
+    p = _positions(store, tmp_path, clock)
+    _fill(store, 3)
+    assert not p.reads_recent("g", "t", [0]), "a group new to the queue opens in a thread"
+    assert len(_receive(p, clock)) == 3
+    assert p.reads_recent("g", "t", [0])
+    _fill(store, limits.RECEIVE_ON_LOOP_LAG_MAX - 3)
+    assert p.reads_recent("g", "t", [0]), "exactly the bound behind its ack offset"
+    _fill(store, 1)
+    assert not p.reads_recent("g", "t", [0]), "one past the bound: cold records may follow"
     store.close()
