@@ -60,9 +60,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from txmq import limits
 from txmq.cli.admin_client import call
 from txmq.spark.arrow import SCHEMA_DDL
-from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, build_message
+from txmq.spark.client import BrokerClient, build_message
 from txmq.spark.session import local_session
 
 MESSAGES_MAX = 1_000_000
@@ -100,8 +101,8 @@ def produce(endpoints: str, n: int, body_bytes: int) -> None:
 
     def share(k: int) -> None:
         with BrokerClient(endpoints) as broker:
-            for start in range(k * SEND_BATCH_MAX, n, threads * SEND_BATCH_MAX):
-                count = min(SEND_BATCH_MAX, n - start)
+            for start in range(k * limits.SEND_BATCH_MAX, n, threads * limits.SEND_BATCH_MAX):
+                count = min(limits.SEND_BATCH_MAX, n - start)
                 keys = (f"k{start + i}" for i in range(count))
                 broker.send([build_message(TOPIC, body, keys=[key]) for key in keys])
 
@@ -146,11 +147,11 @@ class _FloorReader(DataSourceStreamReader):  # type: ignore[misc]
     def read(self, partition: _FloorPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        from txmq.spark.arrow import ARROW_SCHEMA, ROWS_PER_BATCH_MAX
+        from txmq.spark.arrow import ARROW_SCHEMA
 
         left, body = partition.rows, b"x" * partition.body_bytes
         while left:
-            k = min(ROWS_PER_BATCH_MAX, left)
+            k = min(limits.SPARK_ROWS_PER_BATCH_MAX, left)
             left -= k
             ts = [1_700_000_000_000_000] * k
             cols = {

@@ -132,6 +132,86 @@ assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT
 assert PULL_BYTES_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
 assert RECORD_SIZE_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
 
+# --- Transactions: check-back ticks and the Spark sink ledger (moved here from txn/). -------------
+# Per-tick budget for popping stale heap entries, so one tick's work stays bounded.
+STALE_CHECK_POPS_PER_TICK_MAX: Final = 16 * TRANSACTION_CHECKS_PER_TICK_MAX
+# Ledger records per key read back; one is normal, more only if a commit was retried.
+LEDGER_RECORDS_PER_KEY_MAX: Final = 8
+assert LEDGER_RECORDS_PER_KEY_MAX <= FIND_BY_KEY_RESULTS_MAX
+
+# --- Store reads (moved here from store/). --------------------------------------------------------
+# Bulk reads: spans at most this far apart share one pread, up to this many bytes per pread.
+READ_RUN_GAP_MAX: Final = 16384
+READ_RUN_BYTES_MAX: Final = 8 * MiB
+# Bound on chain steps per lookup, so one hot key cannot make a lookup walk without limit.
+INDEX_CHAIN_STEPS_MAX: Final = 4096
+
+# --- Protocol mapping and Telemetry settings (moved here from protocol/). -------------------------
+# How many custom backoff steps a consumer is told; RocketMQ retries at most 16 times with a
+# growing delay, so more steps would never be used by its clients.
+CONSUMER_BACKOFF_STEPS_MAX: Final = 16
+# Producer send retries the client performs on a retriable status (its own backoff).
+PRODUCER_ATTEMPTS_MAX: Final = 3
+# Seconds beyond this are not a plausible date (year 5138): the value is milliseconds.
+TIMESTAMP_SECONDS_PLAUSIBLE_MAX: Final = 10**11
+
+# --- Broker requests, streams and loops (moved here from broker/). --------------------------------
+# A PEM chain larger than this is not a certificate file (a typo pointing at a data file).
+PEM_FILE_SIZE_MAX: Final = 1 * MiB
+# Check-back commands waiting on one stream; a producer that stops reading gets its checks
+# deferred rather than growing the broker's memory. The queue itself is unbounded so that a
+# settings reply or the end-of-stream marker can always be queued; only ``push`` is bounded.
+TELEMETRY_OUTBOX_MAX: Final = 1024
+# Methods one server registers (17 v2 RPCs and the txmq channels); the handler cache is bounded
+# by what the server registered, this only asserts it.
+SERVER_METHODS_MAX: Final = 64
+# Store reads one receive may make per queue; each advances the scan, so this only stops a
+# pathological filter from turning one receive into a walk over the whole queue.
+RECEIVE_SCANS_PER_QUEUE_MAX: Final = 8
+# Last attempts dead-lettered per sweep (one a second), so one sweep's appends stay short.
+DEAD_LETTERS_PER_SWEEP_MAX: Final = 256
+# Clients ack what one receive returned, at most RECEIVE_BATCH_MAX; allow a few receives' worth.
+ACK_ENTRIES_MAX: Final = 8 * RECEIVE_BATCH_MAX
+# Due delayed messages re-appended per tick, as one batch (one fsync): a long backlog drains
+# over several ticks instead of stalling one.
+DELAY_RELEASE_PER_CALL_MAX: Final = 256
+# Subscriptions name a handful of tags; a bound keeps one request from building a huge set.
+TAGS_PER_EXPRESSION_MAX: Final = 64
+# Bytes of message bodies per append_many in a batched send: a few MiB keeps one write short
+# and far below a segment, whatever the bodies' sizes.
+SEND_BATCH_BODY_BYTES_MAX: Final = 4 * MiB
+# Long polls are capped below the official client's own receive deadline, so the broker
+# answers "no message" before the client gives up on the call.
+LONG_POLLING_TIMEOUT_REPLY_MS_MAX: Final = 20_000
+# Messages in one SendMessage request (the broker refuses more; the Spark sink sends this many);
+# the official clients send one at a time.
+SEND_BATCH_MAX: Final = 64
+
+# Messages one MessageFind (admin channel, ``txmq message find --max``) returns by default and
+# at most: a lookup by key is for a person or the sink ledger, not a bulk read.
+MESSAGE_FIND_RESULTS_DEFAULT: Final = 32
+MESSAGE_FIND_RESULTS_MAX: Final = 1000
+
+# --- Spark connector (moved here from spark/). ----------------------------------------------------
+# Transient failures (broker restarting, connection reset) are retried this many times in all.
+SPARK_CALL_ATTEMPTS_MAX: Final = 4
+# Times one partition may find its next offset deleted by retention and skip ahead.
+SPARK_DATA_LOSS_SKIPS_MAX: Final = 3
+# Rows per RecordBatch handed to Spark: large enough to amortise Arrow's per-batch cost, small
+# enough that a batch of 4 MiB bodies stays bounded in memory (Spark copies each batch).
+SPARK_ROWS_PER_BATCH_MAX: Final = 4096
+# ... and at most this many bytes of pulled records per RecordBatch (Spark copies each batch).
+# Distinct from SEND_BATCH_BODY_BYTES_MAX (the broker's write batch).
+SPARK_BATCH_BYTES_MAX: Final = 64 * MiB
+# Messages of one producer tend to carry the same properties: parsed JSON is reused by its
+# bytes, for at most this many distinct values per batch.
+SPARK_PROPERTIES_CACHE_MAX: Final = 256
+# Average field size up to which a numpy gather beats joining slices (measured: ~0.6 us per
+# slice against a few ns per gathered byte).
+SPARK_GATHER_BYTES_PER_ROW_MAX: Final = 128
+# A batch's variable-length columns use 32-bit Arrow offsets.
+ARROW_COLUMN_BYTES_MAX: Final = 2**31 - 1
+
 # --- Added for the transaction layer. -----------------------------------------------------------
 # Dead (max-checks) transactions kept for operators in memory; older ones drop off the list but
 # their copy stays in DEAD_TRANSACTION_TOPIC until retention deletes it.

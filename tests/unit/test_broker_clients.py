@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from txmq.broker.clients import TELEMETRY_OUTBOX_MAX, Clients
+from txmq import limits
+from txmq.broker.clients import Clients
 
 
 async def test_liveness_follows_open_streams() -> None:
@@ -40,7 +41,7 @@ async def test_commands_go_to_the_newest_stream_and_old_ends_stay_separate() -> 
 async def test_push_is_bounded_per_stream() -> None:
     s = Clients().touch("c1", 0)
     s.open_stream()
-    for i in range(TELEMETRY_OUTBOX_MAX):
+    for i in range(limits.TELEMETRY_OUTBOX_MAX):
         assert s.push(i)
     assert not s.push("one too many")
 

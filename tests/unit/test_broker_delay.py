@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import SMALL, Clock
-from txmq.broker.delay import RELEASE_PER_CALL_MAX, DelaySchedule, due_later
+from txmq import limits
+from txmq.broker.delay import DelaySchedule, due_later
 from txmq.model import DELAY_TOPIC, PROP_DELIVERY_TIMESTAMP_MS, RecordDraft
 from txmq.store.store import Store
 
@@ -82,11 +83,11 @@ def test_each_message_is_released_once_across_reopen(tmp_path: Path, clock: Cloc
 
 def test_release_is_bounded_per_call(tmp_path: Path, clock: Clock) -> None:
     store, delay = open_all(tmp_path, clock)
-    n = RELEASE_PER_CALL_MAX + 10
+    n = limits.DELAY_RELEASE_PER_CALL_MAX + 10
     for i in range(n):
         delay.schedule(draft(f"m{i}".encode(), clock.now + 1, queue_id=i % 2))
     delay.release_due(clock.now + 1)
-    assert len(bodies(store, 0)) + len(bodies(store, 1)) == RELEASE_PER_CALL_MAX
+    assert len(bodies(store, 0)) + len(bodies(store, 1)) == limits.DELAY_RELEASE_PER_CALL_MAX
     delay.release_due(clock.now + 1)
     assert len(bodies(store, 0)) + len(bodies(store, 1)) == n
     store.close()

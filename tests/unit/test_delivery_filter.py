@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from txmq.broker.filter import TAGS_PER_EXPRESSION_MAX, matches, parse_tags
+from txmq import limits
+from txmq.broker.filter import matches, parse_tags
 from txmq.errors import IllegalFilterExpressionError
 
 
@@ -26,4 +27,4 @@ def test_illegal(text: str) -> None:
 
 def test_too_many_tags() -> None:
     with pytest.raises(IllegalFilterExpressionError):
-        parse_tags("||".join(f"t{i}" for i in range(TAGS_PER_EXPRESSION_MAX + 1)))
+        parse_tags("||".join(f"t{i}" for i in range(limits.TAGS_PER_EXPRESSION_MAX + 1)))

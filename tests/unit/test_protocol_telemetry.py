@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from txmq import limits
 from txmq.errors import invariant
 from txmq.model import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC, PROP_TRANSACTION_ID, Record, TxnFlag
 from txmq.protocol import mapping, telemetry
@@ -56,7 +57,7 @@ def test_producer_reply_echoes_the_settings_and_fills_the_body_limit() -> None:
     assert reply.publishing.validate_message_type is False
     bp = reply.backoff_policy
     assert bp.WhichOneof("strategy") == "exponential_backoff"
-    assert bp.max_attempts == telemetry.PRODUCER_ATTEMPTS_MAX
+    assert bp.max_attempts == limits.PRODUCER_ATTEMPTS_MAX
     assert bp.exponential_backoff.multiplier == 2.0
     assert mapping.duration_ms(bp.exponential_backoff.max) == telemetry.PRODUCER_BACKOFF_MAX_MS
 
@@ -87,7 +88,7 @@ def test_backoff_steps_are_bounded() -> None:
         retry_backoff_max_ms=10,
     )
     steps = telemetry.backoff_steps_ms(many)
-    assert len(steps) == telemetry.BACKOFF_STEPS_MAX
+    assert len(steps) == limits.CONSUMER_BACKOFF_STEPS_MAX
     assert max(steps) == 10
 
 

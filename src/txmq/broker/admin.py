@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from txmq import limits
 from txmq.broker import listing
 from txmq.broker.admin_views import view_methods
 from txmq.broker.parts import Parts
@@ -66,90 +67,99 @@ def record_json(rec: Record) -> dict[str, Any]:
     }
 
 
-def _methods(parts: Parts, service: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
-    def topic_list(a: dict[str, Any]) -> Any:
-        def row(t: TopicInfo) -> dict[str, Any]:
-            counts = [parts.store.queue_offsets(t.name, q) for q in range(t.queue_count)]
-            return {
-                "name": t.name,
-                "queues": t.queue_count,
-                "type": t.message_type.value,
-                "messages": sum(hi - lo for lo, hi in counts),
-            }
+class AdminMethods:
+    """The admin methods over one broker's parts, one method each (blocking: run in the
+    executor). ``table`` names them as the wire does."""
 
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+
+    def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "TopicList": self.topic_list,
+            "TopicCreate": self.topic_create,
+            "TopicDescribe": self.topic_describe,
+            "TopicDelete": self.topic_delete,
+            "GroupList": self.group_list,
+            "TxnList": self.txn_list,
+            "TxnShow": self.txn_show,
+            "TxnResolve": self.txn_resolve,
+            "MessageShow": self.message_show,
+            "MessageFind": self.message_find,
+            **view_methods(self.parts, record_json),
+        }
+
+    def _topic_row(self, t: TopicInfo) -> dict[str, Any]:
+        counts = [self.parts.store.queue_offsets(t.name, q) for q in range(t.queue_count)]
+        return {
+            "name": t.name,
+            "queues": t.queue_count,
+            "type": t.message_type.value,
+            "messages": sum(hi - lo for lo, hi in counts),
+        }
+
+    def topic_list(self, a: dict[str, Any]) -> Any:
         after = listing.page_args(a)[0]
-        names = [t for t in parts.topics.list() if t.name > after]
-        found, cursor = listing.named_page((row(t) for t in names), "name", a)
+        names = [t for t in self.parts.topics.list() if t.name > after]
+        found, cursor = listing.named_page((self._topic_row(t) for t in names), "name", a)
         return {"topics": found, "next": cursor}
 
-    def topic_create(a: dict[str, Any]) -> Any:
-        t = parts.topics.create(
-            str(a["name"]), int(a.get("queues", 4)), MessageType(a.get("type", "normal"))
-        )
+    def topic_create(self, a: dict[str, Any]) -> Any:
+        queues = int(a.get("queues", self.parts.config.default_queue_count))
+        t = self.parts.topics.create(str(a["name"]), queues, MessageType(a.get("type", "normal")))
         return {"name": t.name, "queues": t.queue_count, "type": t.message_type.value}
 
-    def topic_describe(a: dict[str, Any]) -> Any:
-        t = parts.topics.get(str(a["name"]))
+    def topic_describe(self, a: dict[str, Any]) -> Any:
+        t = self.parts.topics.get(str(a["name"]))
         queues = [
             {"queue": q, "min": lo, "max": hi}
             for q in range(t.queue_count)
-            for lo, hi in [parts.store.queue_offsets(t.name, q)]
+            for lo, hi in [self.parts.store.queue_offsets(t.name, q)]
         ]
         return {"name": t.name, "type": t.message_type.value, "queues": queues}
 
-    def topic_delete(a: dict[str, Any]) -> Any:
-        parts.topics.delete(str(a["name"]))
+    def topic_delete(self, a: dict[str, Any]) -> Any:
+        self.parts.topics.delete(str(a["name"]))
         return {}
 
-    def group_list(a: dict[str, Any]) -> Any:
-        found, cursor = listing.named_page((g.as_json() for g in parts.lag.lags()), "group", a)
+    def group_list(self, a: dict[str, Any]) -> Any:
+        lags = (g.as_json() for g in self.parts.lag.lags())
+        found, cursor = listing.named_page(lags, "group", a)
         return {"groups": found, "next": cursor}
 
-    def txn_list(a: dict[str, Any]) -> Any:
-        return listing.txn_page(parts, a)
+    def txn_list(self, a: dict[str, Any]) -> Any:
+        return listing.txn_page(self.parts, a)
 
-    def txn_show(a: dict[str, Any]) -> Any:
-        return parts.tx.show(str(a["id"]))
+    def txn_show(self, a: dict[str, Any]) -> Any:
+        return self.parts.tx.show(str(a["id"]))
 
-    def txn_resolve(a: dict[str, Any]) -> Any:
+    def txn_resolve(self, a: dict[str, Any]) -> Any:
         action = str(a.get("action", ""))
         if action not in ("commit", "rollback"):
             raise BadRequestError("action must be commit or rollback")
-        outcome = parts.tx.resolve(str(a["id"]), commit=action == "commit")
+        outcome = self.parts.tx.resolve(str(a["id"]), commit=action == "commit")
         return {"outcome": outcome.value}
 
-    def message_show(a: dict[str, Any]) -> Any:
-        rec = parts.store.find_by_message_id(str(a["id"]))
+    def message_show(self, a: dict[str, Any]) -> Any:
+        rec = self.parts.store.find_by_message_id(str(a["id"]))
         if rec is None:
             raise MessageNotFoundError(f"no message with id {a['id']!r}")
         return record_json(rec)
 
-    def message_find(a: dict[str, Any]) -> Any:
-        key, max_count = str(a["key"]), int(a.get("max", 32))
-        if not 1 <= max_count <= 1000:
-            raise BadRequestError("max must be 1..1000")
+    def message_find(self, a: dict[str, Any]) -> Any:
+        key = str(a["key"])
+        max_count = int(a.get("max", limits.MESSAGE_FIND_RESULTS_DEFAULT))
+        if not 1 <= max_count <= limits.MESSAGE_FIND_RESULTS_MAX:
+            raise BadRequestError(f"max must be 1..{limits.MESSAGE_FIND_RESULTS_MAX}")
         # Without a topic, search every known topic (the index is keyed by topic and key).
-        names = [str(a["topic"])] if a.get("topic") else [t.name for t in parts.topics.list()]
+        topics = self.parts.topics.list()
+        names = [str(a["topic"])] if a.get("topic") else [t.name for t in topics]
         recs: list[Record] = []
         for name in names:
-            recs += parts.store.find_by_key(name, key, max_count - len(recs))
+            recs += self.parts.store.find_by_key(name, key, max_count - len(recs))
             if len(recs) >= max_count:
                 break
         return {"messages": [record_json(r) for r in recs]}
-
-    return {
-        "TopicList": topic_list,
-        "TopicCreate": topic_create,
-        "TopicDescribe": topic_describe,
-        "TopicDelete": topic_delete,
-        "GroupList": group_list,
-        "TxnList": txn_list,
-        "TxnShow": txn_show,
-        "TxnResolve": txn_resolve,
-        "MessageShow": message_show,
-        "MessageFind": message_find,
-        **view_methods(parts, record_json),
-    }
 
 
 def refusal(exc: Exception, method: str) -> dict[str, Any]:
@@ -166,7 +176,7 @@ def refusal(exc: Exception, method: str) -> dict[str, Any]:
 
 def add_admin(server: Any, parts: Parts, service: Any) -> None:
     handlers = {}
-    for name, fn in _methods(parts, service).items():
+    for name, fn in AdminMethods(parts).table().items():
 
         async def call(
             body: bytes, context: Any, fn: Callable[[dict[str, Any]], Any] = fn

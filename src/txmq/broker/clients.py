@@ -27,11 +27,6 @@ from typing import Any
 from txmq import limits
 from txmq.errors import TooManyRequestsError, invariant
 
-# Check-back commands waiting on one stream; a producer that stops reading gets its checks
-# deferred rather than growing the broker's memory. The queue itself is unbounded so that a
-# settings reply or the end-of-stream marker can always be queued; only ``push`` is bounded.
-TELEMETRY_OUTBOX_MAX = 1024
-
 _stream_ids = itertools.count(1)
 
 
@@ -75,7 +70,7 @@ class Session:
     def push(self, command: Any) -> bool:
         """Queue a command on the newest stream; False when none is open or its outbox is full."""
         stream = self.newest_stream
-        if stream is None or stream.outbox.qsize() >= TELEMETRY_OUTBOX_MAX:
+        if stream is None or stream.outbox.qsize() >= limits.TELEMETRY_OUTBOX_MAX:
             return False
         stream.outbox.put_nowait(command)
         return True

@@ -51,9 +51,6 @@ T = TypeVar("T")
 # Long polls also wake this often, because expired leases become due without any append.
 REDELIVERY_POLL_S = 0.5
 SWEEP_PERIOD_S = 1.0
-DEAD_LETTERS_PER_SWEEP_MAX = 256
-# Clients ack what one receive returned, at most RECEIVE_BATCH_MAX; allow a few receives' worth.
-ACK_ENTRIES_MAX = 8 * limits.RECEIVE_BATCH_MAX
 
 
 def _tags(expr: Any) -> frozenset[str] | None:
@@ -120,7 +117,7 @@ class ConsumeRpcs:
     async def sweep(self) -> None:
         """Dead-letter last attempts nobody will receive again, then save positions."""
         for dead in await self.run(
-            self.positions.sweep_dead, self.now_ms(), DEAD_LETTERS_PER_SWEEP_MAX
+            self.positions.sweep_dead, self.now_ms(), limits.DEAD_LETTERS_PER_SWEEP_MAX
         ):
             await self.run(self.dead_letter, dead)
         await self.run(self.positions.save)
@@ -254,8 +251,8 @@ class ConsumeRpcs:
             self.budget.give(held)
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        if len(request.entries) > ACK_ENTRIES_MAX:
-            too_many = BadRequestError(f"at most {ACK_ENTRIES_MAX} entries per AckMessage")
+        if len(request.entries) > limits.ACK_ENTRIES_MAX:
+            too_many = BadRequestError(f"at most {limits.ACK_ENTRIES_MAX} entries per AckMessage")
             return sv.AckMessageResponse(status=fail(too_many))
         top = mapping.status()
         results = []

@@ -17,6 +17,7 @@ import logging
 import threading
 from pathlib import Path
 
+from txmq import limits
 from txmq.errors import invariant
 from txmq.model import (
     DELAY_TOPIC,
@@ -37,7 +38,6 @@ log = logging.getLogger("txmq.broker")
 # long backlog does not stall the loop; the rest loads on the following ticks.
 _LOAD_BATCH = 256
 _LOAD_BATCHES_PER_CALL = 16
-RELEASE_PER_CALL_MAX = 256
 
 
 def delivery_ms(draft: RecordDraft | Record) -> int:
@@ -100,13 +100,17 @@ class DelaySchedule:
     def release_due(self, now_ms: int) -> list[tuple[str, int]]:
         """Re-append due messages to their topics; returns the (topic, queue) pairs touched.
 
-        Blocking. At most RELEASE_PER_CALL_MAX messages per call, appended as one batch (one
+        Blocking. At most DELAY_RELEASE_PER_CALL_MAX messages per call, appended as one batch (one
         fsync); progress is saved after the batch is durable.
         """
         with self._lock:
             self._load()
             due: list[int] = []
-            while self.heap and self.heap[0][0] <= now_ms and len(due) < RELEASE_PER_CALL_MAX:
+            while (
+                self.heap
+                and self.heap[0][0] <= now_ms
+                and len(due) < limits.DELAY_RELEASE_PER_CALL_MAX
+            ):
                 due.append(heapq.heappop(self.heap)[1])
         drafts: list[RecordDraft] = []
         for off in due:

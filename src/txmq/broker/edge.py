@@ -20,6 +20,7 @@ from typing import Any, Final
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as sv
 
+from txmq import limits
 from txmq.broker.admin import SERVICE as ADMIN_SERVICE
 from txmq.broker.auth import (
     ADMIN_RULES,
@@ -38,9 +39,6 @@ from txmq.protocol import mapping
 log = logging.getLogger("txmq.broker")
 
 V2_SERVICE: Final = "apache.rocketmq.v2.MessagingService"
-# Methods one server registers (17 v2 RPCs and the txmq channels); the handler cache is bounded
-# by what the server registered, this only asserts it.
-METHODS_MAX: Final = 64
 Refusal = Callable[[TxmqError], Any]
 Refused = (UnauthorizedError, ForbiddenError)
 
@@ -92,7 +90,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return None
         wrapped = self._wrap(handler, method)
         self._handlers[method] = wrapped
-        invariant(len(self._handlers) <= METHODS_MAX, "only registered methods are cached")
+        invariant(
+            len(self._handlers) <= limits.SERVER_METHODS_MAX, "only registered methods are cached"
+        )
         return wrapped
 
     def check(self, context: Any, rule: Rule, request: Any) -> Any:

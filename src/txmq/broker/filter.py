@@ -10,9 +10,6 @@ from __future__ import annotations
 from txmq import limits
 from txmq.errors import IllegalFilterExpressionError
 
-# Subscriptions name a handful of tags; a bound keeps one request from building a huge set.
-TAGS_PER_EXPRESSION_MAX = 64
-
 
 def parse_tags(expression: str) -> frozenset[str] | None:
     """``""`` or ``"*"`` -> None (no filter); ``"a || b"`` -> {"a", "b"}."""
@@ -24,9 +21,10 @@ def parse_tags(expression: str) -> frozenset[str] | None:
         raise IllegalFilterExpressionError(f"illegal tag expression {expression!r}: empty tag")
     if "*" in parts:
         return None  # "a || *" asks for everything, as RocketMQ reads it
-    if len(parts) > TAGS_PER_EXPRESSION_MAX:
+    if len(parts) > limits.TAGS_PER_EXPRESSION_MAX:
         raise IllegalFilterExpressionError(
-            f"a tag expression names at most {TAGS_PER_EXPRESSION_MAX} tags, got {len(parts)}"
+            f"a tag expression names at most {limits.TAGS_PER_EXPRESSION_MAX} tags, "
+            f"got {len(parts)}"
         )
     for t in parts:
         if len(t) > limits.TAG_LENGTH_MAX:

@@ -42,9 +42,6 @@ from txmq.store.store import Store
 
 FILE_NAME = "consumer-positions.json"
 _FORMAT_VERSION = 1
-# Store reads one receive may make per queue; each advances the scan, so this only stops a
-# pathological filter from turning one receive into a walk over the whole queue.
-SCANS_PER_QUEUE_MAX = 8
 
 
 def _wall_ms() -> int:
@@ -220,7 +217,7 @@ class ConsumerPositions:
         dead: list[DeadLetter],
         max_bytes: int,
     ) -> None:
-        for _ in range(SCANS_PER_QUEUE_MAX):
+        for _ in range(limits.RECEIVE_SCANS_PER_QUEUE_MAX):
             room = batch - len(out)
             # FIFO reads past held messages to find other groups' heads, so it reads a batch.
             start, count = self.book.scan_window(key, limits.RECEIVE_BATCH_MAX if fifo else room)

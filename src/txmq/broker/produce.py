@@ -63,9 +63,6 @@ class Decided:
     topic: str
 
 
-# Bytes of message bodies per append_many in a batched send: a few MiB keeps one write short
-# and far below a segment, whatever the bodies' sizes.
-BATCH_BYTES_MAX = 4 * 1024 * 1024
 _PENDING = Exception("not stored yet")  # a placeholder send() replaces for every message
 
 
@@ -74,7 +71,7 @@ def _chunks(items: list[tuple[int, RecordDraft]]) -> Iterator[list[tuple[int, Re
     size = 0
     for item in items:
         body = len(item[1].body)
-        if chunk and size + body > BATCH_BYTES_MAX:
+        if chunk and size + body > limits.SEND_BATCH_BODY_BYTES_MAX:
             yield chunk
             chunk, size = [], 0
         chunk.append(item)
@@ -172,7 +169,7 @@ class SendPath:
         refused it.
 
         Why: the normal messages that pass validation are stored with one append per
-        BATCH_BYTES_MAX (one write, one fsync), not one durable append each in turn; the
+        SEND_BATCH_BODY_BYTES_MAX (one write, one fsync), not one durable append each in turn; the
         others (FIFO, transactional, delayed) go one by one, in request order, which keeps a
         FIFO group's messages in order in their queue.
         """

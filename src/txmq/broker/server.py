@@ -41,12 +41,6 @@ from txmq.txn.steps import DecisionInFlightError
 log = logging.getLogger("txmq.broker")
 T = TypeVar("T")
 
-# Long polls are capped below the official client's own receive deadline, so the broker
-# answers "no message" before the client gives up on the call.
-LONG_POLLING_TIMEOUT_REPLY_MS_MAX = 20_000
-# Messages in one SendMessage request; the official clients send one at a time.
-SEND_BATCH_MAX = 64
-
 
 async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]]) -> Any:
     """Run a unary handler body; any failure becomes ``response(status=...)``."""
@@ -173,7 +167,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         server = telemetry.ServerSettings(
             body_size_max=cfg.store.body_size_max,
             long_polling_timeout_ms=min(
-                cfg.long_polling_timeout_ms, LONG_POLLING_TIMEOUT_REPLY_MS_MAX
+                cfg.long_polling_timeout_ms, limits.LONG_POLLING_TIMEOUT_REPLY_MS_MAX
             ),
             receive_batch_size=limits.RECEIVE_BATCH_MAX,
             delivery_attempts_max=cfg.delivery_attempts_max,
@@ -249,9 +243,9 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         """Store each message; the top status is OK or the first entry's failure."""
         if not request.messages:
             return sv.SendMessageResponse(status=fail(BadRequestError("no messages to send")))
-        if len(request.messages) > SEND_BATCH_MAX:
+        if len(request.messages) > limits.SEND_BATCH_MAX:
             return sv.SendMessageResponse(
-                status=fail(BadRequestError(f"at most {SEND_BATCH_MAX} messages per send"))
+                status=fail(BadRequestError(f"at most {limits.SEND_BATCH_MAX} messages per send"))
             )
         cid, peer = client_id(context), context.peer() or ""
 

@@ -17,9 +17,6 @@ from txmq import limits
 from txmq.broker.config import BrokerConfig
 from txmq.errors import ConfigError
 
-# A PEM chain larger than this is not a certificate file (a typo pointing at a data file).
-PEM_FILE_SIZE_MAX = 1 * limits.MiB
-
 
 def read_pem(path: Path, what: str) -> bytes:
     """The bytes of a PEM file.
@@ -28,8 +25,8 @@ def read_pem(path: Path, what: str) -> bytes:
         ConfigError: unreadable, too large, or without a PEM block.
     """
     try:
-        if path.stat().st_size > PEM_FILE_SIZE_MAX:
-            raise ConfigError(f"{what} {path}: larger than {PEM_FILE_SIZE_MAX} bytes")
+        if path.stat().st_size > limits.PEM_FILE_SIZE_MAX:
+            raise ConfigError(f"{what} {path}: larger than {limits.PEM_FILE_SIZE_MAX} bytes")
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc

@@ -15,6 +15,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from txmq import limits
+from txmq.broker.config import BrokerConfig
 from txmq.cli.admin_client import call, call_pages
 from txmq.cli.security import F, security_options
 from txmq.errors import NotFoundError
@@ -23,7 +25,7 @@ console = Console()
 _endpoints = click.option(
     "--endpoints",
     envvar="TXMQ_ENDPOINTS",
-    default="127.0.0.1:8081",
+    default=f"{BrokerConfig.host}:{BrokerConfig.port}",
     show_default=True,
     help="Broker address HOST:PORT (env TXMQ_ENDPOINTS).",
 )
@@ -60,7 +62,12 @@ def topic() -> None:
 
 @topic.command("create")
 @click.argument("name")
-@click.option("--queues", default=4, show_default=True, type=click.IntRange(1, 256))
+@click.option(
+    "--queues",
+    default=BrokerConfig.default_queue_count,
+    show_default=True,
+    type=click.IntRange(1, limits.QUEUES_PER_TOPIC_MAX),
+)
 @click.option(
     "--type",
     "kind",
@@ -199,7 +206,13 @@ def message_show(message_id: str, endpoints: str) -> None:
 @message.command("find")
 @click.option("--key", required=True, help="A message key (the client's Message.keys).")
 @click.option("--topic", default=None, help="Search only this topic (default: all topics).")
-@click.option("--max", "max_count", default=32, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--max",
+    "max_count",
+    default=limits.MESSAGE_FIND_RESULTS_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1, limits.MESSAGE_FIND_RESULTS_MAX),
+)
 @endpoints_option
 @json_option
 def message_find(

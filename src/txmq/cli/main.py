@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import click
 
+from txmq import limits
+from txmq.broker.config import BrokerConfig
 from txmq.cli.config import env, load_config
 from txmq.errors import (
     BadRequestError,
@@ -32,6 +34,9 @@ from txmq.errors import (
     NotFoundError,
     TxmqError,
 )
+
+# The broker's defaults, shown in ``txmq broker --help`` (built from them, never repeated).
+_D = BrokerConfig(data_dir=Path("data"))
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -124,8 +129,10 @@ def cli() -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Where the broker keeps data.")
-@click.option("--port", type=int, help="Port to listen on; 0 picks a free one.  [default: 8081]")
-@click.option("--host", help="Address to bind.  [default: 127.0.0.1]")
+@click.option(
+    "--port", type=int, help=f"Port to listen on; 0 picks a free one.  [default: {_D.port}]"
+)
+@click.option("--host", help=f"Address to bind.  [default: {_D.host}]")
 @click.option(
     "--config",
     "config_file",
@@ -133,13 +140,41 @@ def cli() -> None:
     help="TOML configuration file (see docs/configuration.md).",
 )
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
-@click.option("--transaction-timeout-ms", type=int, help="Age before the first check-back (6000).")
-@click.option("--transaction-check-interval-ms", type=int, help="Between check-backs (30000).")
-@click.option("--transaction-check-max", type=int, help="Check-backs before rollback (15).")
-@click.option("--delivery-attempts-max", type=int, help="Deliveries before the DLQ (16).")
-@click.option("--retry-backoff-initial-ms", type=int, help="First redelivery backoff (1000).")
-@click.option("--segment-size-bytes", type=int, help="Commit-log segment size (1 GiB).")
-@click.option("--flush-mode", type=click.Choice(["sync", "async"]), help="Durability (sync).")
+@click.option(
+    "--transaction-timeout-ms",
+    type=int,
+    help=f"Age before the first check-back ({_D.transaction_timeout_ms}).",
+)
+@click.option(
+    "--transaction-check-interval-ms",
+    type=int,
+    help=f"Between check-backs ({_D.transaction_check_interval_ms}).",
+)
+@click.option(
+    "--transaction-check-max",
+    type=int,
+    help=f"Check-backs before rollback ({_D.transaction_check_max}).",
+)
+@click.option(
+    "--delivery-attempts-max",
+    type=int,
+    help=f"Deliveries before the DLQ ({_D.delivery_attempts_max}).",
+)
+@click.option(
+    "--retry-backoff-initial-ms",
+    type=int,
+    help=f"First redelivery backoff ({_D.retry_backoff_initial_ms}).",
+)
+@click.option(
+    "--segment-size-bytes",
+    type=int,
+    help=f"Commit-log segment size ({_D.store.segment_size_bytes // limits.MiB} MiB).",
+)
+@click.option(
+    "--flush-mode",
+    type=click.Choice(["sync", "async"]),
+    help=f"Durability ({_D.store.flush_mode.value}).",
+)
 @click.option(
     "--acl-file",
     type=click.Path(path_type=Path, dir_okay=False),

@@ -65,15 +65,11 @@ def timestamp_ms(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
-# Seconds beyond this are not a plausible date (year 5138): the value is milliseconds.
-_SECONDS_PLAUSIBLE_MAX = 10**11
-
-
 def delivery_timestamp_ms(ts: Any) -> int:
     """A delivery timestamp in ms. Compatibility: rocketmq-python-client 5.1.2 puts the
     millisecond value it documents into ``Timestamp.seconds``; a value too large to be seconds
     is read as milliseconds, so that client's delay messages work unchanged."""
-    if int(ts.seconds) > _SECONDS_PLAUSIBLE_MAX:
+    if int(ts.seconds) > limits.TIMESTAMP_SECONDS_PLAUSIBLE_MAX:
         return int(ts.seconds)
     return timestamp_ms(ts)
 

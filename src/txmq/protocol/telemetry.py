@@ -15,15 +15,11 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
+from txmq import limits
 from txmq.errors import invariant
 from txmq.model import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC, MessageType, Record
 from txmq.protocol import mapping
 
-# How many custom backoff steps a consumer is told; RocketMQ retries at most 16 times with a
-# growing delay, so more steps would never be used by its clients.
-BACKOFF_STEPS_MAX = 16
-# Producer send retries the client performs on a retriable status (its own backoff).
-PRODUCER_ATTEMPTS_MAX = 3
 PRODUCER_BACKOFF_INITIAL_MS = 10
 PRODUCER_BACKOFF_MAX_MS = 1_000
 
@@ -73,7 +69,7 @@ def settings_reply(settings: Any, server: ServerSettings, *, fifo: bool) -> Any:
         # type), so the client must not refuse a send on its own.
         out.publishing.validate_message_type = False
         bp.ClearField("customized_backoff")
-        bp.max_attempts = PRODUCER_ATTEMPTS_MAX
+        bp.max_attempts = limits.PRODUCER_ATTEMPTS_MAX
         mapping.set_duration(bp.exponential_backoff.initial, PRODUCER_BACKOFF_INITIAL_MS)
         mapping.set_duration(bp.exponential_backoff.max, PRODUCER_BACKOFF_MAX_MS)
         bp.exponential_backoff.multiplier = 2.0
@@ -94,7 +90,7 @@ def backoff_steps_ms(server: ServerSettings) -> list[int]:
     """Redelivery delays: the initial backoff doubling per attempt up to the maximum."""
     steps: list[int] = []
     delay = server.retry_backoff_initial_ms
-    for _ in range(min(server.delivery_attempts_max, BACKOFF_STEPS_MAX)):
+    for _ in range(min(server.delivery_attempts_max, limits.CONSUMER_BACKOFF_STEPS_MAX)):
         steps.append(delay)
         delay = min(delay * 2, server.retry_backoff_max_ms)
     return steps

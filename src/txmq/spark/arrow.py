@@ -14,6 +14,7 @@ from typing import Final
 
 import pyarrow as pa
 
+from txmq import limits
 from txmq.model import is_internal_property
 
 SCHEMA_DDL: Final = (
@@ -35,16 +36,9 @@ ARROW_SCHEMA: Final = pa.schema(
         ("store_timestamp", pa.timestamp("us", tz="UTC")),
     ]
 )
-# Rows per RecordBatch handed to Spark: large enough to amortise Arrow's per-batch cost, small
-# enough that a batch of 4 MiB bodies stays bounded in memory (Spark copies each batch).
-ROWS_PER_BATCH_MAX: Final = 4096
-BATCH_BYTES_MAX: Final = 64 * 1024 * 1024
 
 
 _EMPTY_PROPERTIES: Final = (b"{}", b"")
-# Messages of one producer tend to carry the same properties: parsed JSON is reused by its
-# bytes, for at most this many distinct values per batch.
-_PROPERTIES_CACHE_MAX: Final = 256
 
 
 def _properties(raw: bytes, cache: dict[bytes, list[tuple[str, str]]]) -> list[tuple[str, str]]:
@@ -56,7 +50,7 @@ def _properties(raw: bytes, cache: dict[bytes, list[tuple[str, str]]]) -> list[t
     if got is None:
         items = json.loads(raw.decode()).items()
         got = [(str(k), str(v)) for k, v in items if not is_internal_property(k)]
-        if len(cache) < _PROPERTIES_CACHE_MAX:
+        if len(cache) < limits.SPARK_PROPERTIES_CACHE_MAX:
             cache[raw] = got
     return got
 

@@ -47,13 +47,7 @@ DATA_SERVICE: Final = "txmq.data.v1.Data"
 _HEADER_LENGTH: Final = struct.Struct(">I")
 # Per-call deadline: long enough for a 1024-message pull of large bodies on a loaded machine.
 CALL_TIMEOUT_S: Final = 30.0
-# Transient failures (broker restarting, connection reset) are retried this many times in all.
-CALL_ATTEMPTS_MAX: Final = 4
 RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
-# Records per pull: the broker serves at most PULL_COUNT_MAX (and at most PULL_BYTES_MAX).
-PULL_BATCH_MAX: Final = limits.PULL_COUNT_MAX
-# Messages per SendMessage request; the broker takes at most 64.
-SEND_BATCH_MAX: Final = 64
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -181,12 +175,12 @@ class BrokerClient:
         ]
 
     def _retrying(self, call: str, fn: Callable[[], T]) -> T:
-        for attempt in range(CALL_ATTEMPTS_MAX):
+        for attempt in range(limits.SPARK_CALL_ATTEMPTS_MAX):
             try:
                 return fn()
             except grpc.RpcError as exc:
                 code = exc.code() if callable(getattr(exc, "code", None)) else None
-                if code in _TRANSIENT and attempt + 1 < CALL_ATTEMPTS_MAX:
+                if code in _TRANSIENT and attempt + 1 < limits.SPARK_CALL_ATTEMPTS_MAX:
                     time.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
                     continue
                 detail = exc.details() if callable(getattr(exc, "details", None)) else ""
@@ -259,7 +253,7 @@ class BrokerClient:
             "topic": topic,
             "queue_id": queue_id,
             "offset": offset,
-            "max_count": max(1, min(max_count, PULL_BATCH_MAX)),
+            "max_count": max(1, min(max_count, limits.PULL_COUNT_MAX)),
         }
         header, blob = self._data("PullRecords", args)
         return Pulled(blob, int(header["count"]), int(header["next_offset"]))
@@ -326,9 +320,9 @@ class BrokerClient:
     # --- Sending and deciding. ----------------------------------------------------------------
 
     def send(self, messages: Sequence[Any]) -> list[SentHalf]:
-        """Send up to SEND_BATCH_MAX messages in one request; raises if any was refused."""
-        if not 0 < len(messages) <= SEND_BATCH_MAX:
-            raise BadRequestError(f"send takes 1..{SEND_BATCH_MAX} messages")
+        """Send up to limits.SEND_BATCH_MAX messages in one request; raises if any was refused."""
+        if not 0 < len(messages) <= limits.SEND_BATCH_MAX:
+            raise BadRequestError(f"send takes 1..{limits.SEND_BATCH_MAX} messages")
         sv = _v2().sv
         reply = self._unary("SendMessage", sv.SendMessageRequest(messages=list(messages)))
         for entry in reply.entries:

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from txmq import limits
 from txmq.errors import CorruptRecordError
 from txmq.format import record
 from txmq.spark.arrow import ARROW_SCHEMA, properties_column
@@ -32,11 +33,6 @@ from txmq.spark.arrow import ARROW_SCHEMA, properties_column
 I64 = npt.NDArray[np.int64]
 
 _EMPTY_JSON: Final = ord("{"), ord("}")
-# Average field size up to which a numpy gather beats joining slices (measured: ~0.6 us per
-# slice against a few ns per gathered byte).
-_GATHER_BYTES_PER_ROW_MAX: Final = 128
-# A batch's variable-length columns use 32-bit Arrow offsets.
-_COLUMN_BYTES_MAX: Final = 2**31 - 1
 
 
 def _be(a: npt.NDArray[np.uint8], at: I64, width: int, dtype: str) -> I64:
@@ -50,7 +46,7 @@ def _be(a: npt.NDArray[np.uint8], at: I64, width: int, dtype: str) -> I64:
 def _offsets(lens: I64) -> npt.NDArray[np.int32]:
     out = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=out[1:])
-    if out[-1] > _COLUMN_BYTES_MAX:
+    if out[-1] > limits.ARROW_COLUMN_BYTES_MAX:
         raise CorruptRecordError(-1, "a column of one batch exceeds 2 GiB")
     return out.astype(np.int32)
 
@@ -63,7 +59,7 @@ def _gather(a: npt.NDArray[np.uint8], view: memoryview, starts: I64, lens: I64) 
     the copy.
     """
     total = int(lens.sum())
-    if total <= _GATHER_BYTES_PER_ROW_MAX * len(lens):
+    if total <= limits.SPARK_GATHER_BYTES_PER_ROW_MAX * len(lens):
         firsts = np.zeros(len(lens), dtype=np.int64)
         np.cumsum(lens[:-1], out=firsts[1:])
         index = np.repeat(starts - firsts, lens) + np.arange(total, dtype=np.int64)

@@ -43,13 +43,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
 
-from txmq import errors
+from txmq import errors, limits
 from txmq.spark import options as opt
-from txmq.spark.client import SEND_BATCH_MAX, BrokerClient, SentHalf
+from txmq.spark.client import BrokerClient, SentHalf
 from txmq.spark.client import build_message as _message
 from txmq.spark.options import SchemaError, TxmqOptionError
 from txmq.txn.ledger import (
-    LEDGER_RECORDS_PER_KEY_MAX,
     LEDGER_TOPIC,
     PROP_SINK_ATTEMPT,
     PROP_SINK_BATCH,
@@ -192,7 +191,7 @@ class _Sink:
             for rb in batches:
                 for row in _rows(rb):
                     chunk.append(self._message(row, tags))
-                    if len(chunk) == SEND_BATCH_MAX:
+                    if len(chunk) == limits.SEND_BATCH_MAX:
                         futures.append(pool.submit(broker.send, chunk))
                         chunk = []
             if chunk:
@@ -242,7 +241,7 @@ def _sent(messages: Sequence[Any], query: str, batch: str) -> list[SentHalves]:
 
 def _ledger(broker: BrokerClient, query: str, batch: str) -> list[LedgerEntry]:
     key = ledger_key(query, batch)
-    found = broker.find_by_key(LEDGER_TOPIC, key, LEDGER_RECORDS_PER_KEY_MAX)
+    found = broker.find_by_key(LEDGER_TOPIC, key, limits.LEDGER_RECORDS_PER_KEY_MAX)
     return [LedgerEntry.decode(key, body) for keys, body in found if key in keys]
 
 

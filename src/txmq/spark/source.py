@@ -48,11 +48,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txmq import malloc
+from txmq import limits, malloc
 from txmq.errors import IllegalOffsetError, RemoteProtocolError, invariant
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 from txmq.spark import options as opt
-from txmq.spark.arrow import BATCH_BYTES_MAX, ROWS_PER_BATCH_MAX, SCHEMA_DDL
+from txmq.spark.arrow import SCHEMA_DDL
 from txmq.spark.client import BrokerClient, Pulled
 from txmq.spark.options import EARLIEST, LATEST, DataLossError, TxmqOptionError
 
@@ -79,8 +79,8 @@ class TxmqPartition(InputPartition):
 def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
     """The committed messages ``p.start <= queue_offset < p.end`` of one queue as Arrow.
 
-    Pulls are decoded a batch at a time (``columnar.to_batch``), up to ROWS_PER_BATCH_MAX rows
-    or BATCH_BYTES_MAX bytes per batch.
+    Pulls are decoded a batch at a time (``columnar.to_batch``), up to SPARK_ROWS_PER_BATCH_MAX rows
+    or SPARK_BATCH_BYTES_MAX bytes per batch.
     """
     malloc.keep_large_blocks()  # each pull is a ~1-8 MiB reply: see txmq.malloc
     with BrokerClient(p.endpoints, security=p.security) as broker:
@@ -90,7 +90,7 @@ def read_partition(p: TxmqPartition) -> Iterator[pa.RecordBatch]:
             blobs.append(got.blob)
             rows += got.count
             size += len(got.blob)
-            if rows >= ROWS_PER_BATCH_MAX or size >= BATCH_BYTES_MAX:
+            if rows >= limits.SPARK_ROWS_PER_BATCH_MAX or size >= limits.SPARK_BATCH_BYTES_MAX:
                 yield _decode(blobs, rows, p.end)
                 blobs, rows, size = [], 0, 0
         if blobs:
@@ -111,13 +111,9 @@ def _decode(blobs: list[memoryview], count: int, end: int) -> pa.RecordBatch:
     return batch if keep == batch.num_rows else batch.slice(0, keep)
 
 
-# Times one partition may find its next offset deleted by retention and skip ahead.
-DATA_LOSS_SKIPS_MAX = 3
-
-
 def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Pulled]:
     offset = p.start
-    for _ in range(DATA_LOSS_SKIPS_MAX + 1):
+    for _ in range(limits.SPARK_DATA_LOSS_SKIPS_MAX + 1):
         try:
             for got in broker.pulls(p.topic, p.queue_id, offset, p.end):
                 offset = got.next_offset

@@ -46,10 +46,6 @@ from txmq.model import Record
 from txmq.store.disk import Disk
 from txmq.store.segment import Segment, is_segment_name, iter_raw, segment_name
 
-# Bulk reads: spans at most this far apart share one pread, up to this many bytes per pread.
-_RUN_GAP_MAX = 16384
-_RUN_BYTES_MAX = 8 * limits.MiB
-
 
 @dataclass(frozen=True)
 class ScanEnd:
@@ -275,8 +271,8 @@ class CommitLog:
         deleted. The bulk reader's path (Spark).
 
         Why runs: records of one queue usually sit close together in the log, so spans at most
-        _RUN_GAP_MAX apart are read with one pread per run (up to _RUN_BYTES_MAX) and sliced;
-        copying a few KiB of page cache costs less than a syscall per record. Each record is
+        READ_RUN_GAP_MAX apart are read with one pread per run (up to READ_RUN_BYTES_MAX) and
+        sliced; copying a few KiB of page cache costs less than a syscall per record. Each record is
         still verified on its own (size, magic, CRC, stored offset).
 
         Raises:
@@ -305,9 +301,9 @@ class CommitLog:
             while j < n:
                 nxt, nsize = spans[j]
                 if not (
-                    run_end <= nxt <= run_end + _RUN_GAP_MAX
+                    run_end <= nxt <= run_end + limits.READ_RUN_GAP_MAX
                     and nsize >= codec.RECORD_SIZE_MIN
-                    and nxt + nsize <= min(seg_end, offset + _RUN_BYTES_MAX)
+                    and nxt + nsize <= min(seg_end, offset + limits.READ_RUN_BYTES_MAX)
                 ):
                     break  # the next span starts its own run, with the checks above
                 run_end = nxt + nsize

@@ -26,12 +26,11 @@ from pathlib import Path
 
 import crc32c
 
+from txmq import limits
 from txmq.errors import CorruptRecordError, invariant
 from txmq.store.disk import Disk
 
 ENTRY = struct.Struct(">QQ")
-# Bound on chain steps per lookup, so one hot key cannot make a lookup walk without limit.
-CHAIN_STEPS_MAX = 4096
 # Compaction at open rewrites the file only when at least this many entries are dead.
 _COMPACT_MIN_ENTRIES = 65536
 
@@ -106,7 +105,7 @@ class MessageIndex:
         i = self._heads.get(h, -1)
         steps = 0
         # Chains run newest to oldest, so the first offset below the floor ends the walk.
-        while i >= 0 and steps < CHAIN_STEPS_MAX and self._phys[i] >= floor:
+        while i >= 0 and steps < limits.INDEX_CHAIN_STEPS_MAX and self._phys[i] >= floor:
             yield self._phys[i]
             i = self._prev[i]
             steps += 1

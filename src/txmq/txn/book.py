@@ -61,8 +61,6 @@ from txmq.model import DecisionSource, Outcome
 # The route of transactions a server-side resolver owns; no producer group can be named this
 # because group names are non-empty topic names.
 CLAIMED = ""
-# Per-tick budget for popping stale heap entries, so one tick's work stays bounded.
-_STALE_POPS_PER_TICK_MAX = 16 * limits.TRANSACTION_CHECKS_PER_TICK_MAX
 
 
 class TxnState(enum.Enum):
@@ -203,7 +201,7 @@ class TxnBook:
         ``reschedule`` it.
         """
         out: list[Due] = []
-        stale_budget = [_STALE_POPS_PER_TICK_MAX]
+        stale_budget = [limits.STALE_CHECK_POPS_PER_TICK_MAX]
         heap = self._give_up
         while len(out) < limit and self._drop_stale(heap, stale_budget) and heap[0][0] <= now_ms:
             out.append(Due(self.pending[heapq.heappop(heap)[2]], give_up=True))

@@ -55,9 +55,6 @@ PROP_SINK_BATCH: Final = "SPARK_SINK_BATCH"
 PROP_SINK_PARTITION: Final = "SPARK_SINK_PARTITION"
 PROP_SINK_ATTEMPT: Final = "SPARK_SINK_ATTEMPT"
 
-# Ledger records per key read back; one is normal, more only if a commit was retried.
-LEDGER_RECORDS_PER_KEY_MAX: Final = 8
-assert LEDGER_RECORDS_PER_KEY_MAX <= limits.FIND_BY_KEY_RESULTS_MAX
 
 Lookup = Callable[[str, str, int], Sequence[Record]]
 
@@ -169,7 +166,7 @@ class SinkLedger:
             if found is not None:
                 self._found.move_to_end(key)
                 return found
-        records = self.lookup(LEDGER_TOPIC, key, LEDGER_RECORDS_PER_KEY_MAX)
+        records = self.lookup(LEDGER_TOPIC, key, limits.LEDGER_RECORDS_PER_KEY_MAX)
         found = [LedgerEntry.decode(key, r.body) for r in records if key in r.keys]
         if found:  # "not recorded yet" may change at any moment: never kept
             with self._lock:
