@@ -124,6 +124,49 @@ def advertised_host(config: BrokerConfig) -> str:
     return config.host
 
 
+def _grpc_server(guard: Guard | None) -> Any:
+    return grpc.aio.server(
+        interceptors=[AuthInterceptor(guard, wall_ms)] if guard is not None else None,
+        options=[
+            ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+            ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+            # grpc enables SO_REUSEPORT by default, which lets a second broker bind the same
+            # port and silently take half the connections.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+
+
+def _add_services(
+    server: Any, parts: Parts, executor: ThreadPoolExecutor, endpoint: tuple[str, int]
+) -> tuple[ConsumeRpcs, MessagingServicer]:
+    """Register the v2 MessagingService, the admin and the data channel on ``server``."""
+    consume = ConsumeRpcs(
+        store=parts.store,
+        topics=parts.topics,
+        config=parts.config,
+        now_ms=wall_ms,
+        executor=executor,
+        metrics=parts.metrics,
+        positions=parts.deliveries,
+        endpoint=endpoint,
+    )
+    servicer = MessagingServicer(
+        config=parts.config,
+        topics=parts.topics,
+        clients=parts.clients,
+        sends=parts.sends,
+        executor=executor,
+        endpoint=endpoint,
+        now_ms=wall_ms,
+        consume=consume,
+    )
+    sg.add_MessagingServiceServicer_to_server(servicer, server)
+    add_admin(server, parts, servicer)
+    add_data(server, parts, servicer)
+    return consume, servicer
+
+
 async def serve(
     config: BrokerConfig,
     *,
@@ -151,43 +194,12 @@ async def serve(
     guard = None
     if acl is not None and config.acl_file is not None:
         guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
-    server = grpc.aio.server(
-        interceptors=[AuthInterceptor(guard, wall_ms)] if guard is not None else None,
-        options=[
-            ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
-            ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
-            # grpc enables SO_REUSEPORT by default, which lets a second broker bind the same
-            # port and silently take half the connections.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
+    server = _grpc_server(guard)
     consume: ConsumeRpcs | None = None
     try:
         port = _bind(server, config, credentials)
         endpoint = (advertised_host(config), port)
-        consume = ConsumeRpcs(
-            store=parts.store,
-            topics=parts.topics,
-            config=config,
-            now_ms=wall_ms,
-            executor=executor,
-            metrics=parts.metrics,
-            positions=parts.deliveries,
-            endpoint=endpoint,
-        )
-        servicer = MessagingServicer(
-            config=config,
-            topics=parts.topics,
-            clients=parts.clients,
-            sends=parts.sends,
-            executor=executor,
-            endpoint=endpoint,
-            now_ms=wall_ms,
-            consume=consume,
-        )
-        sg.add_MessagingServiceServicer_to_server(servicer, server)
-        add_admin(server, parts, servicer)
-        add_data(server, parts, servicer)
+        consume, servicer = _add_services(server, parts, executor, endpoint)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 

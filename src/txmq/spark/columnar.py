@@ -115,6 +115,34 @@ def _keys(a: npt.NDArray[np.uint8], view: memoryview, starts: I64, lens: I64) ->
     return pa.array(lists, type=pa.list_(pa.string()))
 
 
+Span = tuple[I64, I64]  # (start, length) of one field in every record
+
+
+def _fields(
+    a: npt.NDArray[np.uint8], s: I64
+) -> tuple[I64, I64, I64, I64, list[Span], Span, Span]:
+    """Every record's fixed fields (queue id, queue offset, born, store) read at the codec's
+    named offsets, then the spans of its five strings, its properties and its body."""
+    try:
+        qid = _be(a, s + record.QUEUE_ID_AT, 2, "")
+        qoff = _be(a, s + record.QUEUE_OFFSET_AT, 8, ">i8")
+        born = _be(a, s + record.BORN_TIMESTAMP_AT, 8, ">i8")
+        store = _be(a, s + record.STORE_TIMESTAMP_AT, 8, ">i8")
+        at = s + record.FIXED_END
+        strings: list[Span] = []  # topic, host, message id, tag, keys
+        for _ in range(record.STRING_FIELDS):
+            n16 = _be(a, at, 2, "")
+            strings.append((at + 2, n16))
+            at = at + 2 + n16
+        props_len = _be(a, at, 4, ">u4")
+        props_at = at + 4
+        at = props_at + props_len
+        body_len = _be(a, at, 4, ">u4")
+    except IndexError as exc:
+        raise CorruptRecordError(-1, "a field runs past the pulled records") from exc
+    return qid, qoff, born, store, strings, (props_at, props_len), (at + 4, body_len)
+
+
 def to_batch(blob: bytes | bytearray | memoryview) -> pa.RecordBatch:
     """Verify and decode records packed back to back (a record pull's blob) into one batch of
     the source's schema, in order.
@@ -130,25 +158,8 @@ def to_batch(blob: bytes | bytearray | memoryview) -> pa.RecordBatch:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
     a = np.frombuffer(view, dtype=np.uint8)
     s = np.asarray(starts, dtype=np.int64)
-    try:
-        qid = _be(a, s + record.QUEUE_ID_AT, 2, "")
-        qoff = _be(a, s + record.QUEUE_OFFSET_AT, 8, ">i8")
-        born = _be(a, s + record.BORN_TIMESTAMP_AT, 8, ">i8")
-        store = _be(a, s + record.STORE_TIMESTAMP_AT, 8, ">i8")
-        at = s + record.FIXED_END
-        fields: list[tuple[I64, I64]] = []  # (start, length): topic, host, message id, tag, keys
-        for _ in range(record.STRING_FIELDS):
-            n16 = _be(a, at, 2, "")
-            fields.append((at + 2, n16))
-            at = at + 2 + n16
-        props_len = _be(a, at, 4, ">u4")
-        props_at = at + 4
-        at = props_at + props_len
-        body_len = _be(a, at, 4, ">u4")
-        body_at = at + 4
-        end = body_at + body_len
-    except IndexError as exc:
-        raise CorruptRecordError(-1, "a field runs past the pulled records") from exc
+    qid, qoff, born, store, fields, (props_at, props_len), (body_at, body_len) = _fields(a, s)
+    end = body_at + body_len
     if not (np.array_equal(end[:-1], s[1:]) and int(end[-1]) == len(view)):
         raise CorruptRecordError(-1, "field lengths do not add up")
     (topic_at, topic_len), _host, (mid_at, mid_len), (tag_at, tag_len), (keys_at, keys_len) = fields
