@@ -298,3 +298,22 @@ ACL_FILE_SIZE_MAX: Final = 4 * MiB
 assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
 assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
 assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX
+# --- Clusters (several brokers behind one route; docs/adr/0018-cluster-topic-definitions.md). ---
+# Brokers in one cluster file: each member is probed and reconciled by every other one, so the
+# cost grows with the square of this; 64 covers one broker per core of a large machine.
+CLUSTER_MEMBERS_MAX: Final = 64
+# How often a broker probes its peers (liveness for the route) and pulls their topic
+# definitions; a member that missed a topic create has it within about this long.
+CLUSTER_PROBE_PERIOD_MS: Final = 2_000
+# Deadline of one call to a peer (probe, forwarded topic create or delete): short, because a
+# dead peer must not hold an operator's `topic create` for long.
+CLUSTER_PEER_CALL_TIMEOUT_MS: Final = 1_500
+# A peer missing this many probes in a row leaves the routes this broker answers until a probe
+# succeeds again, so producers stop picking its queues (the official client retries elsewhere).
+CLUSTER_PROBE_MISSES_MAX: Final = 2
+# A deleted topic's name is not re-imported from a peer for this long, so a delete that reached
+# the members one after the other is not undone by a reconcile that ran in between.
+CLUSTER_TOMBSTONE_MS: Final = 600_000
+# Topics imported per peer per probe; the rest come at the next probe.
+CLUSTER_RECONCILE_TOPICS_MAX: Final = 10_000
+assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS

@@ -9,8 +9,10 @@ the client is txmq/cli/admin_client.py.
 Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
 broker/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
-MessageFind {key, topic?, max?}; and the dashboard's read-only views (admin_views.py): Status,
-GroupDetail, TxnMessage, TopicMessages.
+MessageFind {key, topic?, max?}; the dashboard's read-only views (admin_views.py): Status,
+GroupDetail, TxnMessage, TopicMessages; for clusters (cluster_admin.py) ClusterInfo,
+TopicDefinitions, BrokerStatus, and TopicCreate/TopicDelete take ``forwarded: true`` when a peer
+forwards them.
 
 Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
 calls ``server.add_generic_rpc_handlers``. Every method runs through ``servicer.run`` (the
@@ -32,6 +34,8 @@ import grpc
 from txmq import limits
 from txmq.broker import listing
 from txmq.broker.admin_views import view_methods
+from txmq.broker.cluster_admin import cluster_methods, create_topic, delete_topic
+from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
 from txmq.broker.topics import TopicInfo
 from txmq.errors import (
@@ -41,7 +45,7 @@ from txmq.errors import (
     MessageNotFoundError,
     TxmqError,
 )
-from txmq.model import MessageType, Record
+from txmq.model import Record
 
 SERVICE = "txmq.admin.v1.Admin"
 log = logging.getLogger("txmq.broker")
@@ -71,8 +75,9 @@ class AdminMethods:
     """The admin methods over one broker's parts, one method each (blocking: run in the
     executor). ``table`` names them as the wire does."""
 
-    def __init__(self, parts: Parts) -> None:
+    def __init__(self, parts: Parts, membership: Membership) -> None:
         self.parts = parts
+        self.membership = membership
 
     def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {
@@ -87,6 +92,7 @@ class AdminMethods:
             "MessageShow": self.message_show,
             "MessageFind": self.message_find,
             **view_methods(self.parts, record_json),
+            **cluster_methods(self.parts, self.membership),
         }
 
     def _topic_row(self, t: TopicInfo) -> dict[str, Any]:
@@ -105,9 +111,7 @@ class AdminMethods:
         return {"topics": found, "next": cursor}
 
     def topic_create(self, a: dict[str, Any]) -> Any:
-        queues = int(a.get("queues", self.parts.config.default_queue_count))
-        t = self.parts.topics.create(str(a["name"]), queues, MessageType(a.get("type", "normal")))
-        return {"name": t.name, "queues": t.queue_count, "type": t.message_type.value}
+        return create_topic(self.parts, self.membership, a)
 
     def topic_describe(self, a: dict[str, Any]) -> Any:
         t = self.parts.topics.get(str(a["name"]))
@@ -119,8 +123,7 @@ class AdminMethods:
         return {"name": t.name, "type": t.message_type.value, "queues": queues}
 
     def topic_delete(self, a: dict[str, Any]) -> Any:
-        self.parts.topics.delete(str(a["name"]))
-        return {}
+        return delete_topic(self.parts, self.membership, a)
 
     def group_list(self, a: dict[str, Any]) -> Any:
         lags = (g.as_json() for g in self.parts.lag.lags())
@@ -176,7 +179,7 @@ def refusal(exc: Exception, method: str) -> dict[str, Any]:
 
 def add_admin(server: Any, parts: Parts, service: Any) -> None:
     handlers = {}
-    for name, fn in AdminMethods(parts).table().items():
+    for name, fn in AdminMethods(parts, service.membership).table().items():
 
         async def call(
             body: bytes, context: Any, fn: Callable[[dict[str, Any]], Any] = fn

@@ -13,6 +13,7 @@ saves positions), drain the executor, then close the parts (the store checkpoint
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import socket
@@ -25,13 +26,16 @@ import uvloop
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits, malloc
+from txmq.broker import cluster_file
 from txmq.broker.admin import add_admin
 from txmq.broker.auth import Guard, open_broker_notice, read_acl_file
 from txmq.broker.checkback import CheckBack
+from txmq.broker.cluster_file import ClusterFile, Member
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.data import add_data
 from txmq.broker.edge import AuthInterceptor
+from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts, wall_ms
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
@@ -99,8 +103,8 @@ class Loops:
         ]
 
 
-def _bind(server: Any, config: BrokerConfig, credentials: Any | None) -> int:
-    address = f"{config.host}:{config.port}"
+def _bind(server: Any, config: BrokerConfig, port: int, credentials: Any | None) -> int:
+    address = f"{config.host}:{port}"
     try:
         if credentials is not None:  # TLS only: no plaintext port beside it
             port = int(server.add_secure_port(address, credentials))
@@ -111,6 +115,27 @@ def _bind(server: Any, config: BrokerConfig, credentials: Any | None) -> int:
     if port == 0:
         raise OSError(f"cannot bind {address}")
     return port
+
+
+def cluster_member(config: BrokerConfig) -> tuple[ClusterFile, Member] | None:
+    """The cluster file and this broker's entry in it, or None without a cluster file.
+
+    Raises:
+        ClusterFileError: the file is bad or names no member that this broker is.
+    """
+    if config.cluster_file is None:
+        return None
+    cluster = cluster_file.load(config.cluster_file)
+    host = config.advertised_host or config.host
+    return cluster, cluster.find_self(name=config.broker_name, host=host, port=config.port)
+
+
+def membership_for(
+    config: BrokerConfig, found: tuple[ClusterFile, Member] | None, port: int
+) -> Membership:
+    if found is None:
+        return Membership.solo(advertised_host(config), port, now_ms=wall_ms)
+    return Membership(found[0], found[1], now_ms=wall_ms)
 
 
 def advertised_host(config: BrokerConfig) -> str:
@@ -138,9 +163,10 @@ def _grpc_server(guard: Guard | None) -> Any:
 
 
 def _add_services(
-    server: Any, parts: Parts, executor: ThreadPoolExecutor, endpoint: tuple[str, int]
+    server: Any, parts: Parts, executor: ThreadPoolExecutor, membership: Membership
 ) -> tuple[ConsumeRpcs, MessagingServicer]:
     """Register the v2 MessagingService, the admin and the data channel on ``server``."""
+    endpoint = (membership.me.host, membership.me.port)
     consume = ConsumeRpcs(
         store=parts.store,
         topics=parts.topics,
@@ -150,6 +176,7 @@ def _add_services(
         metrics=parts.metrics,
         positions=parts.deliveries,
         endpoint=endpoint,
+        membership=membership,
     )
     servicer = MessagingServicer(
         config=parts.config,
@@ -160,6 +187,7 @@ def _add_services(
         endpoint=endpoint,
         now_ms=wall_ms,
         consume=consume,
+        membership=membership,
     )
     sg.add_MessagingServiceServicer_to_server(servicer, server)
     add_admin(server, parts, servicer)
@@ -187,6 +215,7 @@ async def serve(
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
     credentials = server_credentials(config)
     open_broker_notice(config.acl_file)
+    found = cluster_member(config)  # before anything opens: a bad file changes nothing
     executor = ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io")
     parts = Parts(config)
     metrics_http: Any = None
@@ -196,10 +225,13 @@ async def serve(
         guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
     server = _grpc_server(guard)
     consume: ConsumeRpcs | None = None
+    membership: Membership | None = None
     try:
-        port = _bind(server, config, credentials)
-        endpoint = (advertised_host(config), port)
-        consume, servicer = _add_services(server, parts, executor, endpoint)
+        # A member binds the port its cluster file gives it: the file is what peers dial.
+        member_port = config.port if found is None else found[1].port
+        port = _bind(server, config, member_port, credentials)
+        membership = membership_for(config, found, port)
+        consume, servicer = _add_services(server, parts, executor, membership)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 
@@ -211,11 +243,28 @@ async def serve(
         tasks = Loops(parts, servicer).start(config.tick_ms / 1000.0)
         if guard is not None and hangup is not None:
             tasks.append(asyncio.create_task(_reload_on(hangup, guard)))
+        if membership.peers:
+            tasks.append(asyncio.create_task(_probe_forever(membership, parts, servicer)))
         if ready is not None:
             ready(port)
         await (stop or asyncio.Event()).wait()
     finally:
         await _shutdown(server, tasks, consume, executor, parts, metrics_http)
+        if membership is not None:
+            membership.close()
+
+
+async def _probe_forever(membership: Membership, parts: Parts, servicer: MessagingServicer) -> None:
+    """Probe the peers at once (a restarted member catches up on topics at start), then
+    every CLUSTER_PROBE_PERIOD_MS."""
+    step = functools.partial(servicer.run, membership.probe, parts.topics)
+    try:
+        await step()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("first cluster probe failed; retrying next period")
+    await _every(limits.CLUSTER_PROBE_PERIOD_MS / 1000.0, step, "cluster probe")
 
 
 async def _reload_on(hangup: asyncio.Event, guard: Guard) -> None:
@@ -272,7 +321,9 @@ def run(config: BrokerConfig) -> None:
         def ready(port: int) -> None:
             invariant(port > 0, "the bound port is known")
             malloc.collect_less_often()  # after recovery: what it built lives as long
-            print(f"txmq broker listening on {config.host}:{port}", flush=True)
+            # In a cluster the line names the member (``txmq cluster up`` prints these lines).
+            name = f"{config.broker_name} " if config.broker_name else ""
+            print(f"txmq broker {name}listening on {config.host}:{port}", flush=True)
 
         await serve(config, ready=ready, stop=stop, hangup=hangup)
 

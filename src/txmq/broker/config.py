@@ -48,6 +48,10 @@ class BrokerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    # A cluster of brokers (txmq.broker.cluster_file): this broker is the member named
+    # broker_name, or the one whose endpoint is host:port; it then binds its member's port.
+    cluster_file: Path | None = None
+    broker_name: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

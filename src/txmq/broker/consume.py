@@ -26,10 +26,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from txmq import errors, limits
+from txmq.broker import routes
 from txmq.broker.config import BrokerConfig
 from txmq.broker.delivery import DeadLetter
 from txmq.broker.filter import parse_tags
 from txmq.broker.flow import ByteBudget
+from txmq.broker.membership import Membership
 from txmq.broker.metrics import Metrics
 from txmq.broker.offsets import ConsumerPositions, Delivery
 from txmq.broker.replies import fail, invisible_ms
@@ -71,6 +73,7 @@ class ConsumeRpcs:
         metrics: Metrics,
         positions: ConsumerPositions,
         endpoint: tuple[str, int],
+        membership: Membership | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -79,8 +82,9 @@ class ConsumeRpcs:
         self.executor = executor
         self.metrics = metrics
         self.positions = positions  # the broker's one (Parts.deliveries)
-        # What QueryAssignment advertises: the bound port's.
-        self.endpoint = endpoint
+        # Whose queues QueryAssignment hands out: every live member's (this one alone
+        # when not in a cluster, at the endpoint the server bound).
+        self.membership = membership or Membership.solo(*endpoint, now_ms=now_ms)
         self._wakeups: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.budget = ByteBudget()
@@ -310,7 +314,8 @@ class ConsumeRpcs:
             topic = mapping.validate_topic(request.topic.name, allow_system=True)
             info = self.topics.ensure(topic)
             assignments = [
-                pb.Assignment(message_queue=q) for q in _message_queues(info, self.endpoint)
+                pb.Assignment(message_queue=q)
+                for q in routes.message_queues(info, self.membership.live_members())
             ]
             return sv.QueryAssignmentResponse(status=mapping.status(), assignments=assignments)
         except Exception as exc:
@@ -394,28 +399,3 @@ class ConsumeRpcs:
             return sv.QueryOffsetResponse(status=mapping.status(), offset=off)
         except Exception as exc:
             return sv.QueryOffsetResponse(status=fail(exc))
-
-
-def _message_queues(info: Any, endpoint: tuple[str, int]) -> list[Any]:
-    """The topic's queues on this broker, shaped as QueryRoute shapes them."""
-    host, port = endpoint
-    broker = pb.Broker(name="txmq", id=0)
-    parts = host.split(".")
-    is_ipv4 = len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
-    broker.endpoints.scheme = pb.IPv4 if is_ipv4 else pb.DOMAIN_NAME
-    broker.endpoints.addresses.add(host=host, port=port)
-    types = (
-        list(mapping.WIRE_TYPES.values())
-        if info.accepts_all
-        else [mapping.WIRE_TYPES[info.message_type]]
-    )
-    return [
-        pb.MessageQueue(
-            topic=pb.Resource(name=info.name),
-            id=i,
-            permission=pb.READ_WRITE,
-            broker=broker,
-            accept_message_types=types,
-        )
-        for i in range(info.queue_count)
-    ]

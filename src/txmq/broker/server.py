@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
@@ -26,10 +25,11 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import errors, limits
-from txmq.broker import durable
+from txmq.broker import durable, routes
 from txmq.broker.clients import Clients, Session
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
+from txmq.broker.membership import Membership
 from txmq.broker.produce import SendPath
 from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
@@ -68,6 +68,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         endpoint: tuple[str, int],
         now_ms: Callable[[], int],
         consume: ConsumeRpcs,
+        membership: Membership | None = None,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -77,6 +78,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.endpoint = endpoint
         self.now_ms = now_ms
         self.consume = consume
+        self.membership = membership or Membership.solo(*endpoint, now_ms=now_ms)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (store, coordinator) in the executor."""
@@ -97,38 +99,10 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
     # --- Routing and sessions. ----------------------------------------------------------------
 
-    def _broker(self) -> Any:
-        host, port = self.endpoint
-        b = pb.Broker(name="txmq", id=0)
-        try:
-            socket.inet_aton(host)
-            b.endpoints.scheme = pb.IPv4
-        except OSError:
-            b.endpoints.scheme = pb.DOMAIN_NAME
-        b.endpoints.addresses.add(host=host, port=port)
-        return b
-
     def route(self, topic: str) -> list[Any]:
-        """The topic's queues, all READ_WRITE on this broker (id 0), accepting the types the
-        topic takes (every type for an auto-created topic): the client refuses to send a type
-        its route does not list."""
+        """The topic's queues on every live member of the cluster (routes.py says how)."""
         info = self.topics.ensure(mapping.validate_topic(topic, allow_system=True))
-        types = (
-            list(mapping.WIRE_TYPES.values())
-            if info.accepts_all
-            else [mapping.WIRE_TYPES[info.message_type]]
-        )
-        broker = self._broker()
-        return [
-            pb.MessageQueue(
-                topic=pb.Resource(name=topic),
-                id=i,
-                permission=pb.READ_WRITE,
-                broker=broker,
-                accept_message_types=types,
-            )
-            for i in range(info.queue_count)
-        ]
+        return routes.message_queues(info, self.membership.live_members())
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         async def work() -> Any:

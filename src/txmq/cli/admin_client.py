@@ -25,6 +25,16 @@ from txmq.protocol.client_security import ClientSecurity, open_channel
 SERVICE = "txmq.admin.v1.Admin"
 
 
+def split_endpoints(endpoints: str) -> list[str]:
+    """``H:P1;H:P2`` (the official clients' form for several brokers) -> ``[H:P1, H:P2]``."""
+    parts = [e.strip() for e in endpoints.split(";") if e.strip()]
+    if not parts:
+        raise errors.BadRequestError(
+            f"no broker address in {endpoints!r} (expected HOST:PORT[;...])"
+        )
+    return parts
+
+
 def call(
     endpoints: str,
     method: str,
@@ -34,14 +44,53 @@ def call(
     security: ClientSecurity | None = None,
     credentials: Any = None,
 ) -> Any:
-    """Call one admin method; returns the decoded result. ``security`` defaults to the running
-    command's options (cli/security.py): credentials sign the call, TLS wraps it.
-    ``credentials`` (anything with ``access_key`` and ``secret_key``) replaces its keys.
+    """Call one admin method on the first of ``endpoints`` (``H:P1;H:P2``) that answers;
+    returns the decoded result. ``security`` defaults to the running command's options
+    (cli/security.py): credentials sign the call, TLS wraps it. ``credentials`` (anything
+    with ``access_key`` and ``secret_key``) replaces its keys. In a cluster any member answers
+    for the cluster's topic definitions; per-broker state is asked of each (``cluster_call``).
 
     Raises:
-        BrokerUnavailableError: nothing answers at ``endpoints``.
+        BrokerUnavailableError: nothing answers at any of ``endpoints``.
         TxmqError: the broker refused the request (``errors.from_code``).
     """
+    addresses = split_endpoints(endpoints)
+    for address in addresses[:-1]:
+        try:
+            return _call_one(address, method, args, timeout_s, security, credentials)
+        except BrokerUnavailableError:
+            continue
+    return _call_one(addresses[-1], method, args, timeout_s, security, credentials)
+
+
+def members(endpoints: str) -> list[dict[str, Any]]:
+    """Every member of the cluster behind ``endpoints`` (name, endpoint, live as the answering
+    member sees it); a broker without a cluster file is a cluster of one named ``txmq``."""
+    return list(call(endpoints, "ClusterInfo", {})["members"])
+
+
+def cluster_call(
+    endpoints: str, method: str, args: dict[str, Any], *, timeout_s: float = 5.0
+) -> list[tuple[dict[str, Any], Any]]:
+    """Call ``method`` on every member; (member, reply or the TxmqError it raised) per member,
+    in cluster-file order, so callers show what the unreachable members could not say."""
+    out: list[tuple[dict[str, Any], Any]] = []
+    for m in members(endpoints):
+        try:
+            out.append((m, call(str(m["endpoint"]), method, args, timeout_s=timeout_s)))
+        except errors.TxmqError as exc:
+            out.append((m, exc))
+    return out
+
+
+def _call_one(
+    endpoints: str,
+    method: str,
+    args: dict[str, Any],
+    timeout_s: float,
+    security: ClientSecurity | None,
+    credentials: Any,
+) -> Any:
     chosen = security if security is not None else current()
     if credentials is not None:  # a person signed in (the dashboard): their keys, our TLS
         chosen = dataclasses.replace(

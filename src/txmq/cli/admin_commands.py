@@ -17,9 +17,9 @@ from rich.table import Table
 
 from txmq import limits
 from txmq.broker.config import BrokerConfig
-from txmq.cli.admin_client import call, call_pages
+from txmq.cli.admin_client import call, call_pages, cluster_call, members
 from txmq.cli.security import F, security_options
-from txmq.errors import NotFoundError
+from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
 console = Console()
 _endpoints = click.option(
@@ -27,7 +27,7 @@ _endpoints = click.option(
     envvar="TXMQ_ENDPOINTS",
     default=f"{BrokerConfig.host}:{BrokerConfig.port}",
     show_default=True,
-    help="Broker address HOST:PORT (env TXMQ_ENDPOINTS).",
+    help="Broker address HOST:PORT, or several HOST:P1;HOST:P2 (env TXMQ_ENDPOINTS).",
 )
 
 
@@ -53,6 +53,46 @@ def show(title: str, columns: list[str], rows: list[list[Any]], data: Any, as_js
     for r in rows:
         t.add_row(*(str(x) for x in r))
     console.print(t)
+
+
+def each_member(
+    endpoints: str, method: str, args: dict[str, Any], *, what: str = ""
+) -> list[tuple[str, Any]]:
+    """(broker name, reply) from every member of the cluster that has an answer. A member
+    that does not know the thing asked about (or refuses the question) is skipped; one that
+    fails is named in a warning line, so a partial view never passes for the whole cluster.
+    With ``what``, no member knowing it raises the first member's own refusal."""
+    out, missing = [], []
+    for m, got in cluster_call(endpoints, method, args):
+        if isinstance(got, NotFoundError | BadRequestError):  # "not here" or "never anywhere"
+            missing.append(got)
+            continue
+        if isinstance(got, TxmqError):
+            click.echo(f"txmq: warning: broker {m['name']} ({m['endpoint']}): {got}", err=True)
+            continue
+        out.append((str(m["name"]), got))
+    if what and not out:
+        raise missing[0] if missing else NotFoundError(f"no broker of the cluster knows {what}")
+    return out
+
+
+def each_member_pages(endpoints: str, method: str, rows: str) -> list[tuple[str, list[Any]]]:
+    """(broker name, every row of a paged listing) from every member that answers; a member
+    that fails is named in a warning line, as in ``each_member``."""
+    out = []
+    for m in members(endpoints):
+        try:
+            out.append((str(m["name"]), call_pages(str(m["endpoint"]), method, {}, rows)))
+        except TxmqError as exc:
+            click.echo(f"txmq: warning: broker {m['name']} ({m['endpoint']}): {exc}", err=True)
+    return out
+
+
+def first_member(endpoints: str, method: str, args: dict[str, Any], what: str) -> Any:
+    """The answer of the member that has ``what`` (a transaction, a message): it lives on one."""
+    name, reply = each_member(endpoints, method, args, what=what)[0]
+    reply.pop("ok", None)
+    return {**reply, "broker": name}
 
 
 @click.group()
@@ -87,8 +127,14 @@ def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
 @endpoints_option
 @json_option
 def topic_list(endpoints: str, as_json: bool) -> None:
-    """List topics with their type, queues and retained messages."""
+    """List topics with their type, queues per broker and retained messages (all brokers)."""
     r = {"topics": call_pages(endpoints, "TopicList", {}, "topics")}
+    per_topic: dict[str, int] = {}
+    for _name, rows in each_member_pages(endpoints, "TopicList", "topics"):
+        for t in rows:
+            per_topic[t["name"]] = per_topic.get(t["name"], 0) + t["messages"]
+    for t in r["topics"]:
+        t["messages"] = per_topic.get(t["name"], t["messages"])
     rows = [[t["name"], t["type"], t["queues"], t["messages"]] for t in r["topics"]]
     show("topics", ["name", "type", "queues", "messages"], rows, r, as_json)
 
@@ -98,12 +144,15 @@ def topic_list(endpoints: str, as_json: bool) -> None:
 @endpoints_option
 @json_option
 def topic_describe(name: str, endpoints: str, as_json: bool) -> None:
-    """Show a topic's queues and their offset ranges."""
-    r = call(endpoints, "TopicDescribe", {"name": name})
-    rows = [[q["queue"], q["min"], q["max"], q["max"] - q["min"]] for q in r["queues"]]
+    """Show a topic's queues on every broker and their offset ranges."""
+    found = each_member(endpoints, "TopicDescribe", {"name": name}, what=f"topic {name!r}")
+    r = {k: v for k, v in found[0][1].items() if k != "queues"}
+    r["queues"] = [{**q, "broker": b} for b, got in found for q in got["queues"]]
+    r["brokers"] = [b for b, _ in found]
+    rows = [[q["broker"], q["queue"], q["min"], q["max"], q["max"] - q["min"]] for q in r["queues"]]
     show(
         f"{r['name']} ({r['type']})",
-        ["queue", "min offset", "max offset", "messages"],
+        ["broker", "queue", "min offset", "max offset", "messages"],
         rows,
         r,
         as_json,
@@ -128,8 +177,8 @@ def group() -> None:
 @endpoints_option
 @json_option
 def group_list(endpoints: str, as_json: bool) -> None:
-    """List consumer groups with total lag and messages in flight."""
-    r = {"groups": call_pages(endpoints, "GroupList", {}, "groups")}
+    """List consumer groups with total lag and messages in flight (all brokers)."""
+    r = {"groups": list(_groups(endpoints).values())}
     rows = [[g["group"], g["lag"], g["inflight"]] for g in r["groups"]]
     show("consumer groups", ["group", "lag", "in flight"], rows, r, as_json)
 
@@ -139,14 +188,31 @@ def group_list(endpoints: str, as_json: bool) -> None:
 @endpoints_option
 @json_option
 def group_describe(name: str, endpoints: str, as_json: bool) -> None:
-    """Show a group's position and lag per topic queue."""
-    found = [g for g in call_pages(endpoints, "GroupList", {}, "groups") if g["group"] == name]
-    if not found:
-        raise NotFoundError(f"consumer group {name!r} has no positions on this broker")
-    cols = ["topic", "queue", "acked to", "max", "lag", "in flight"]
-    keys = ["topic", "queue", "acked_to", "max", "lag", "inflight"]
-    rows = [[q[k] for k in keys] for q in found[0]["queues"]]
-    show(f"group {name}", cols, rows, found[0], as_json)
+    """Show a group's lag: summed, per broker, and per topic queue."""
+    g = _groups(endpoints).get(name)
+    if g is None:
+        raise NotFoundError(f"consumer group {name!r} has no positions on any broker")
+    cols = ["broker", "topic", "queue", "acked to", "max", "lag", "in flight"]
+    keys = ["broker", "topic", "queue", "acked_to", "max", "lag", "inflight"]
+    rows = [[q[k] for k in keys] for q in g["queues"]]
+    per_broker = ", ".join(f"{b['broker']} {b['lag']}" for b in g["brokers"])
+    show(f"group {name}: lag {g['lag']} ({per_broker})", cols, rows, g, as_json)
+
+
+def _groups(endpoints: str) -> dict[str, dict[str, Any]]:
+    """Every group's positions on every member: lag and in-flight summed, and per broker."""
+    groups: dict[str, dict[str, Any]] = {}
+    for broker, rows in each_member_pages(endpoints, "GroupList", "groups"):
+        for g in rows:
+            e = groups.setdefault(
+                g["group"],
+                {"group": g["group"], "lag": 0, "inflight": 0, "queues": [], "brokers": []},
+            )
+            e["lag"] += g["lag"]
+            e["inflight"] += g["inflight"]
+            e["queues"] += [{**q, "broker": broker} for q in g["queues"]]
+            e["brokers"].append({"broker": broker, "lag": g["lag"], "inflight": g["inflight"]})
+    return groups
 
 
 @click.group()
@@ -158,20 +224,21 @@ def txn() -> None:
 @endpoints_option
 @json_option
 def txn_list(endpoints: str, as_json: bool) -> None:
-    """List undecided transactions and dead ones (rolled back after max checks)."""
-    r = {"transactions": call_pages(endpoints, "TxnList", {}, "transactions")}
-    keys = ["transaction_id", "topic", "state", "checks", "dead", "message_id"]
+    """List undecided and dead transactions (rolled back after max checks) on every broker."""
+    found = each_member_pages(endpoints, "TxnList", "transactions")
+    r = {"transactions": [{**t, "broker": b} for b, rows in found for t in rows]}
+    keys = ["broker", "transaction_id", "topic", "state", "checks", "dead", "message_id"]
     rows = [[t.get(k, "") for k in keys] for t in r["transactions"]]
-    show("transactions", ["id", "topic", "state", "checks", "dead", "message id"], rows, r, as_json)
+    cols = ["broker", "id", "topic", "state", "checks", "dead", "message id"]
+    show("transactions", cols, rows, r, as_json)
 
 
 @txn.command("show")
 @click.argument("transaction_id")
 @endpoints_option
 def txn_show(transaction_id: str, endpoints: str) -> None:
-    """Everything the broker knows about one transaction (JSON)."""
-    r = call(endpoints, "TxnShow", {"id": transaction_id})
-    r.pop("ok", None)
+    """Everything the broker holding it knows about one transaction (JSON)."""
+    r = first_member(endpoints, "TxnShow", {"id": transaction_id}, f"transaction {transaction_id}")
     click.echo(json.dumps(r, indent=2, sort_keys=True))
 
 
@@ -184,8 +251,22 @@ def txn_resolve(transaction_id: str, action: str, endpoints: str) -> None:
 
     Repeating the same decision is harmless; contradicting an earlier one fails (exit 1).
     """
-    r = call(endpoints, "TxnResolve", {"id": transaction_id, "action": action})
+    holder = first_member(
+        endpoints, "TxnShow", {"id": transaction_id}, f"transaction {transaction_id}"
+    )
+    r = call(
+        _endpoint_of(endpoints, holder["broker"]),
+        "TxnResolve",
+        {"id": transaction_id, "action": action},
+    )
     click.echo(f"transaction {transaction_id} is {r['outcome']}")
+
+
+def _endpoint_of(endpoints: str, broker: str) -> str:
+    for m in call(endpoints, "ClusterInfo", {})["members"]:
+        if m["name"] == broker:
+            return str(m["endpoint"])
+    raise NotFoundError(f"no broker named {broker!r} in the cluster")
 
 
 @click.group()
@@ -197,9 +278,8 @@ def message() -> None:
 @click.argument("message_id")
 @endpoints_option
 def message_show(message_id: str, endpoints: str) -> None:
-    """One message with its properties and body (JSON)."""
-    r = call(endpoints, "MessageShow", {"id": message_id})
-    r.pop("ok", None)
+    """One message with its properties and body (JSON), from whichever broker holds it."""
+    r = first_member(endpoints, "MessageShow", {"id": message_id}, f"message {message_id}")
     click.echo(json.dumps(r, indent=2, sort_keys=True))
 
 
@@ -222,7 +302,11 @@ def message_find(
     args: dict[str, Any] = {"key": key, "max": max_count}
     if topic is not None:
         args["topic"] = topic
-    r = call(endpoints, "MessageFind", args)
+    r = {
+        "messages": [
+            m for _b, got in each_member(endpoints, "MessageFind", args) for m in got["messages"]
+        ][:max_count]
+    }
     keys = ["message_id", "topic", "queue_id", "queue_offset", "tag"]
     rows = [[m[k] for k in keys] + [m["body"][:40]] for m in r["messages"]]
     cols = ["message id", "topic", "queue", "offset", "tag", "body"]

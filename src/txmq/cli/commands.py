@@ -239,5 +239,7 @@ def store_status(endpoints: str, as_json: bool) -> None:
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (topic, group, txn, message, send, consume, tail, store):
+    from txmq.cli.cluster import cluster
+
+    for cmd in (topic, group, txn, message, send, consume, tail, store, cluster):
         cli.add_command(cmd)

@@ -187,6 +187,13 @@ def cli() -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Require client certificates signed by this CA (PEM).",
 )
+@click.option(
+    "--cluster",
+    "cluster_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Cluster file (TOML): the cluster's name and every broker's name and endpoint.",
+)
+@click.option("--broker-name", help="This broker's name in the cluster file.")
 def broker(config_file: Path | None, **flags: Any) -> None:
     """Start a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly).
 

@@ -1,0 +1,229 @@
+"""Cluster membership: who this broker is, who its peers are, which of them answer, and keeping
+topic definitions the same on every member.
+
+Owns: the member list (from the cluster file, or this broker alone), liveness from periodic
+probes, forwarding an operator's topic create and delete to every peer, importing the topic
+definitions a peer has and this broker lacks, and the tombstones that keep a deleted topic from
+coming back. The rule, and why there is no consensus protocol:
+docs/adr/0018-cluster-topic-definitions.md.
+Must not: route messages (every member serves only its own queues; the clients go to the
+owning broker themselves) or touch the store.
+
+Peers are called over their admin channel (``txmq.admin.v1.Admin``, JSON) with blocking gRPC
+calls and a short deadline; the probe fans out with futures so one dead peer costs one deadline,
+not one per peer. Everything here runs in the broker's executor, never on its event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from txmq import limits
+from txmq.broker.cluster_file import ClusterFile, Member
+from txmq.broker.topics import TopicInfo, TopicRegistry
+from txmq.errors import BadRequestError, TxmqError
+from txmq.model import MessageType
+
+log = logging.getLogger("txmq.broker")
+ADMIN_SERVICE = "txmq.admin.v1.Admin"
+# The broker name of a broker started without a cluster file (what routes always carried).
+SOLO_NAME = "txmq"
+
+
+class PeerError(TxmqError):
+    """A peer did not answer, or refused a forwarded request."""
+
+
+@dataclass
+class PeerState:
+    member: Member
+    misses: int = 0
+    last_error: str = ""
+    channel: Any = field(default=None, repr=False)
+
+
+def definition(info: TopicInfo) -> dict[str, Any]:
+    """A topic's definition as peers exchange it; equal definitions are the same topic."""
+    return {
+        "name": info.name,
+        "queues": info.queue_count,
+        "type": info.message_type.value,
+        "all": info.accepts_all,
+    }
+
+
+def define(topics: TopicRegistry, d: dict[str, Any]) -> str:
+    """Create ``d`` here unless present; "created", "exists" or raise on a different definition.
+
+    Raises:
+        BadRequestError: a topic of that name exists here with another definition.
+    """
+    existed = topics.exists(str(d["name"]))
+    info = topics.create(
+        str(d["name"]),
+        int(d["queues"]),
+        MessageType(d["type"]),
+        exist_ok=True,
+        accepts_all=bool(d.get("all", False)),
+    )
+    if definition(info) != {**d, "all": bool(d.get("all", False))}:
+        raise BadRequestError(
+            f"topic {info.name!r} exists with another definition: {definition(info)}"
+        )
+    return "exists" if existed else "created"
+
+
+class Membership:
+    def __init__(self, cluster: ClusterFile, me: Member, *, now_ms: Callable[[], int]) -> None:
+        self.cluster = cluster
+        self.me = me
+        self.now_ms = now_ms
+        self._peers = [PeerState(m) for m in cluster.members if m != me]
+        self._tombstones: dict[str, int] = {}
+        self._lock = threading.Lock()
+        assert me in cluster.members, "this broker is a member of its cluster"
+
+    @classmethod
+    def solo(cls, host: str, port: int, *, now_ms: Callable[[], int]) -> Membership:
+        me = Member(SOLO_NAME, host, port)
+        return cls(ClusterFile(SOLO_NAME, (me,)), me, now_ms=now_ms)
+
+    @property
+    def peers(self) -> list[Member]:
+        return [p.member for p in self._peers]
+
+    def live_members(self) -> list[Member]:
+        """Members in file order, without peers that missed their last probes: what routes and
+        assignments list. This broker is always live to itself."""
+        down = {p.member for p in self._peers if p.misses >= limits.CLUSTER_PROBE_MISSES_MAX}
+        return [m for m in self.cluster.members if m not in down]
+
+    def view(self) -> list[dict[str, Any]]:
+        states = {p.member: p for p in self._peers}
+        out = []
+        for m in self.cluster.members:
+            p = states.get(m)
+            out.append(
+                {
+                    "name": m.name,
+                    "endpoint": m.endpoint,
+                    "self": p is None,
+                    "live": p is None or p.misses < limits.CLUSTER_PROBE_MISSES_MAX,
+                    "error": "" if p is None else p.last_error,
+                }
+            )
+        return out
+
+    # --- Calling peers. ------------------------------------------------------------------------
+
+    def _future(self, peer: PeerState, method: str, args: dict[str, Any]) -> Any:
+        if peer.channel is None:
+            peer.channel = grpc.insecure_channel(peer.member.endpoint)
+        stub = peer.channel.unary_unary(f"/{ADMIN_SERVICE}/{method}")
+        timeout_s = limits.CLUSTER_PEER_CALL_TIMEOUT_MS / 1000.0
+        return stub.future(json.dumps(args).encode(), timeout=timeout_s)
+
+    def _fan_out(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any] | str]:
+        """Call ``method`` on every peer at once; peer name -> its reply, or why it failed."""
+        futures = [(p, self._future(p, method, args)) for p in self._peers]
+        out: dict[str, dict[str, Any] | str] = {}
+        for peer, fut in futures:
+            try:
+                reply = json.loads(fut.result())
+            except grpc.RpcError as exc:
+                status = exc.code() if isinstance(exc, grpc.Call) else None
+                out[peer.member.name] = f"unreachable ({status})"
+                continue
+            if not isinstance(reply, dict):
+                out[peer.member.name] = "refused: not a JSON object"
+            elif not reply.get("ok"):
+                out[peer.member.name] = f"refused: {reply.get('error', '?')}"
+            else:
+                out[peer.member.name] = reply
+        return out
+
+    # --- Probing and reconciling. -------------------------------------------------------------
+
+    def probe(self, topics: TopicRegistry) -> None:
+        """Ask every peer for its topic definitions: counts misses, imports what is missing."""
+        replies = self._fan_out("TopicDefinitions", {})
+        for peer in self._peers:
+            got = replies[peer.member.name]
+            if isinstance(got, str):
+                if peer.misses < limits.CLUSTER_PROBE_MISSES_MAX:
+                    log.warning("cluster peer %s: %s", peer.member.name, got)
+                peer.misses += 1
+                peer.last_error = got
+                continue
+            if peer.misses >= limits.CLUSTER_PROBE_MISSES_MAX:
+                log.info("cluster peer %s answers again", peer.member.name)
+            peer.misses, peer.last_error = 0, ""
+            self._import(topics, peer.member, got.get("topics", []))
+
+    def _import(self, topics: TopicRegistry, peer: Member, defs: list[dict[str, Any]]) -> None:
+        now = self.now_ms()
+        for d in defs[: limits.CLUSTER_RECONCILE_TOPICS_MAX]:
+            name = str(d.get("name", ""))
+            if topics.exists(name) or self.is_tombstoned(name, now):
+                continue
+            try:
+                define(topics, d)
+                log.info("topic %s imported from cluster peer %s: %s", name, peer.name, d)
+            except (TxmqError, KeyError, ValueError) as exc:
+                log.warning("topic %r from peer %s not imported: %s", name, peer.name, exc)
+
+    # --- Topic definitions: the operator's create and delete reach every member. ---------------
+
+    def is_tombstoned(self, name: str, now_ms: int) -> bool:
+        with self._lock:
+            at = self._tombstones.get(name)
+            if at is not None and now_ms - at > limits.CLUSTER_TOMBSTONE_MS:
+                del self._tombstones[name]
+                return False
+            return at is not None
+
+    def tombstone(self, name: str) -> None:
+        with self._lock:
+            self._tombstones[name] = self.now_ms()
+
+    def spread_create(self, info: TopicInfo) -> dict[str, str]:
+        """Forward a create made here to every peer; member name -> what happened there.
+        A peer that missed it imports it at its next probe (a definition is idempotent)."""
+        replies = self._fan_out("TopicCreate", {**definition(info), "forwarded": True})
+        out = {self.me.name: "created"}
+        for name, got in replies.items():
+            out[name] = got if isinstance(got, str) else str(got.get("result", "created"))
+        return out
+
+    def spread_delete(self, name: str) -> dict[str, str]:
+        """Forward a delete to every peer; refused unless every peer answers a probe first,
+        since a member that misses a delete would give the topic back to the others.
+
+        Raises:
+            PeerError: a peer is unreachable; nothing was deleted anywhere.
+        """
+        probes = self._fan_out("TopicDefinitions", {})
+        down = {n: r for n, r in probes.items() if isinstance(r, str)}
+        if down:
+            raise PeerError(
+                f"cannot delete topic {name!r} while cluster members are unreachable: "
+                + ", ".join(f"{n} ({r})" for n, r in down.items())
+            )
+        replies = self._fan_out("TopicDelete", {"name": name, "forwarded": True})
+        out = {self.me.name: "deleted"}
+        for peer, got in replies.items():
+            out[peer] = got if isinstance(got, str) else "deleted"
+        return out
+
+    def close(self) -> None:
+        for p in self._peers:
+            if p.channel is not None:
+                p.channel.close()
+                p.channel = None

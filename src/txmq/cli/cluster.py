@@ -1,0 +1,175 @@
+"""``txmq cluster``: start a cluster of brokers on this machine (``up``) and show one (``status``).
+
+Owns: ``cluster up`` (writes DIR/cluster.toml, starts one ``txmq broker --cluster`` process per
+member on consecutive ports with data dirs DIR/broker-<i>, prints each member's "listening" line,
+stops them all on SIGTERM or Ctrl-C) and ``cluster status`` (every member: reachable or not, its
+disk, topics, queues and messages, asked of each member itself).
+Must not: supervise beyond reporting: a member that dies is reported, not restarted (an operator
+or a service manager decides), and the others keep serving their queues.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from txmq.broker.cluster_file import ClusterFile, Member, write
+from txmq.cli.admin_client import cluster_call
+from txmq.cli.admin_commands import endpoints_option, json_option, show
+from txmq.errors import TxmqError
+
+CLUSTER_FILE_NAME = "cluster.toml"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+WATCH_PERIOD_S = 0.5
+
+
+@click.group()
+def cluster() -> None:
+    """A cluster of brokers behind one route: start one, show one."""
+
+
+def _brokers(value: str) -> int:
+    if value == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    if not value.isdigit() or not 1 <= int(value) <= 64:
+        raise click.BadParameter(f"expected 1..64 or auto, got {value!r}")
+    return int(value)
+
+
+def _start(
+    member: Member, data_dir: Path, cluster_path: Path, host: str, extra: tuple[str, ...]
+) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable, "-m", "txmq.broker",
+        "--data-dir", str(data_dir), "--host", host, "--port", str(member.port),
+        "--cluster", str(cluster_path), "--broker-name", member.name, *extra,
+    ]  # fmt: skip
+    with (data_dir.parent / f"{member.name}.log").open("a") as log:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+
+
+def _first_line(proc: subprocess.Popen[str], deadline: float) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+            return ""
+        return proc.stdout.readline().strip()
+
+
+def _stop_all(procs: dict[str, subprocess.Popen[str]]) -> int:
+    for p in procs.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    worst = 0
+    for name, p in procs.items():
+        try:
+            code = p.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = p.wait()
+            click.echo(f"txmq: broker {name} ignored SIGTERM and was killed", err=True)
+        worst = worst or (1 if code not in (0, -signal.SIGTERM) else 0)
+    return worst
+
+
+@cluster.command(
+    "up", context_settings={"ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
+)
+@click.option(
+    "--brokers", "count", default="2", show_default=True, help="N, or auto (one per core)."
+)
+@click.option("--data-dir", required=True, type=click.Path(path_type=Path, file_okay=False))
+@click.option("--port", default=8081, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.argument("broker_args", nargs=-1, type=click.UNPROCESSED)
+def up(count: str, data_dir: Path, port: int, host: str, broker_args: tuple[str, ...]) -> None:
+    """Start N brokers on ports PORT..PORT+N-1 with data dirs DIR/broker-<i>, in one cluster.
+
+    Writes DIR/cluster.toml (use it with `txmq broker --cluster` on other machines). Arguments
+    after `--` go to every broker (e.g. `-- --transaction-timeout-ms 800`). Runs until SIGTERM
+    or Ctrl-C, then stops every broker cleanly.
+    """
+    n = _brokers(count)
+    if port + n - 1 > 65535:
+        raise click.BadParameter(f"ports {port}..{port + n - 1} do not fit below 65536")
+    members = tuple(Member(f"broker-{i}", host, port + i) for i in range(n))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cluster_path = data_dir / CLUSTER_FILE_NAME
+    write(cluster_path, ClusterFile(data_dir.resolve().name or "txmq", members))
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for m in members:
+            procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, broker_args)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for name, p in procs.items():
+            line = _first_line(p, deadline)
+            if "listening on" not in line:
+                raise TxmqError(f"broker {name} did not start (see {data_dir / name}.log)")
+            click.echo(line)
+            sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
+        _watch(procs, stop)
+    finally:
+        code = _stop_all(procs)
+    sys.exit(code)
+
+
+def _watch(procs: dict[str, subprocess.Popen[str]], stop: dict[str, bool]) -> None:
+    """Until a signal: report members that exit; return when every one has."""
+    reported: set[str] = set()
+    while not stop["now"]:
+        for name, p in procs.items():
+            code = p.poll()
+            if code is not None and name not in reported:
+                reported.add(name)
+                click.echo(f"txmq: broker {name} exited with code {code}", err=True)
+        if len(reported) == len(procs):
+            raise TxmqError("every broker of the cluster has exited")
+        time.sleep(WATCH_PERIOD_S)  # sleep: polling child processes; no event to wait on here
+
+
+def _human(key: str, value: Any) -> Any:
+    if key.endswith("_bytes") and isinstance(value, int):
+        return f"{value / 2**20:.1f} MiB" if value < 2**30 else f"{value / 2**30:.1f} GiB"
+    if key == "up":
+        return "up" if value else "DOWN"
+    return value
+
+
+@cluster.command("status")
+@endpoints_option
+@json_option
+def status(endpoints: str, as_json: bool) -> None:
+    """Every member: up or down, its disk, topics, queues and messages (asked of each)."""
+    out = []
+    for m, got in cluster_call(endpoints, "BrokerStatus", {}):
+        row: dict[str, Any] = {"name": m["name"], "endpoint": m["endpoint"]}
+        if isinstance(got, TxmqError):
+            row.update(up=False, error=str(got))
+        else:
+            row.update(up=True, **{k: v for k, v in got.items() if k not in ("ok", "name")})
+        out.append(row)
+    keys = ["name", "endpoint", "up", "data_bytes", "disk_free_bytes", "topics", "queues",
+            "messages", "pending_transactions"]  # fmt: skip
+    rows = [[_human(k, r.get(k, "-")) for k in keys] for r in out]
+    cols = ["broker", "endpoint", "up", "data", "disk free", "topics", "queues",
+            "messages", "pending txns"]  # fmt: skip
+    show("cluster", cols, rows, {"members": out}, as_json)
+    if not all(r["up"] for r in out):
+        sys.exit(1)

@@ -1,0 +1,93 @@
+"""``txmq cluster up`` / ``cluster status`` and the cluster views of the admin commands, with real
+broker processes: one line per broker, the written cluster file, status of every member (and a
+member down), per-broker topic and group views, one-line errors for a bad cluster file, and a
+clean stop of every broker on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli.test_cli import ok, txmq
+from tests.integration.conftest import ROOT
+from tests.integration.test_cluster import free_ports
+from txmq.broker.cluster_file import load
+
+
+def _lines(proc: subprocess.Popen[str], n: int, timeout_s: float) -> list[str]:
+    assert proc.stdout is not None
+    out: list[str] = []
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while len(out) < n and sel.select(timeout=timeout_s):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out.append(line.strip())
+    return out
+
+
+def _two_free_ports() -> int:
+    """A free port whose successor is free too (cluster up takes consecutive ports)."""
+    for _ in range(50):
+        port = free_ports(1)[0]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports in 50 tries")
+
+
+def test_cluster_up_status_views_and_clean_stop(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", "2",
+           "--data-dir", str(tmp_path / "c"), "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = _lines(proc, 2, 60)
+        assert lines == [
+            f"txmq broker broker-{i} listening on 127.0.0.1:{port + i}" for i in range(2)
+        ], proc.stderr.read() if proc.poll() is not None and proc.stderr else lines
+        cluster = load(tmp_path / "c" / "cluster.toml")
+        assert [m.name for m in cluster.members] == ["broker-0", "broker-1"]
+        ep = ["--endpoints", f"127.0.0.1:{port}"]
+        status = json.loads(ok("cluster", "status", "--json", *ep))["members"]
+        assert [(m["name"], m["up"]) for m in status] == [("broker-0", True), ("broker-1", True)]
+        assert status[0]["data_dir"].endswith("broker-0")
+        ok("topic", "create", "views", "--queues", "2", *ep)
+        ok("send", "views", "hello", "--endpoints", f"127.0.0.1:{port + 1}")
+        described = json.loads(ok("topic", "describe", "views", "--json", *ep))
+        assert described["brokers"] == ["broker-0", "broker-1"]
+        assert len(described["queues"]) == 4
+        assert sum(q["max"] for q in described["queues"]) == 1
+        ok("consume", "views", "--group", "gv", "--max", "1", "--wait-s", "20", *ep)
+        group = json.loads(ok("group", "describe", "gv", "--json", *ep))
+        assert group["lag"] == 0 and {b["broker"] for b in group["brokers"]} <= {
+            "broker-0", "broker-1"}  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    # Every broker stopped cleanly: its data directory is free and has no abort marker.
+    r = txmq("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
+    assert r.returncode == 3 and r.stderr.startswith("txmq: ")
+
+
+def test_broker_with_a_bad_cluster_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[cluster]\nname = "x"\n[[broker]]\nname = "a"\nendpoint = "nope"\n')
+    r = txmq("broker", "--data-dir", str(tmp_path / "d"), "--cluster", str(bad))
+    assert r.returncode == 2
+    assert r.stderr.startswith("txmq: ") and "HOST:PORT" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = txmq("broker", "--data-dir", str(tmp_path / "d"), "--cluster", str(bad.with_name("no")))
+    assert r.returncode == 2 and "cannot read cluster file" in r.stderr
