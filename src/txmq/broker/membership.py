@@ -125,10 +125,22 @@ class Membership:
 
     def _future(self, peer: PeerState, method: str, args: dict[str, Any]) -> Any:
         if peer.channel is None:
-            peer.channel = grpc.insecure_channel(peer.member.endpoint)
+            # Reconnect quickly: a peer restarting must be back in the routes within a probe
+            # or two, not after gRPC's default backoff (1 s doubling to 120 s).
+            backoff_ms = limits.CLUSTER_PROBE_PERIOD_MS // 4
+            peer.channel = grpc.insecure_channel(
+                peer.member.endpoint,
+                options=[
+                    ("grpc.initial_reconnect_backoff_ms", backoff_ms),
+                    ("grpc.min_reconnect_backoff_ms", backoff_ms),
+                    ("grpc.max_reconnect_backoff_ms", limits.CLUSTER_PROBE_PERIOD_MS),
+                ],
+            )
         stub = peer.channel.unary_unary(f"/{ADMIN_SERVICE}/{method}")
         timeout_s = limits.CLUSTER_PEER_CALL_TIMEOUT_MS / 1000.0
-        return stub.future(json.dumps(args).encode(), timeout=timeout_s)
+        # wait_for_ready: a channel between reconnect attempts waits for the peer within the
+        # deadline instead of failing at once, so a peer that just started is not "down".
+        return stub.future(json.dumps(args).encode(), timeout=timeout_s, wait_for_ready=True)
 
     def _fan_out(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any] | str]:
         """Call ``method`` on every peer at once; peer name -> its reply, or why it failed."""
