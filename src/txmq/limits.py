@@ -309,8 +309,9 @@ CLUSTER_PROBE_PERIOD_MS: Final = 2_000
 # dead peer must not hold an operator's `topic create` for long.
 CLUSTER_PEER_CALL_TIMEOUT_MS: Final = 1_500
 # A peer missing this many probes in a row leaves the routes this broker answers until a probe
-# succeeds again, so producers stop picking its queues (the official client retries elsewhere).
-CLUSTER_PROBE_MISSES_MAX: Final = 2
+# succeeds again, so producers stop picking its queues (the official client retries elsewhere);
+# three, so a loaded machine's one slow answer does not take a live member out of the routes.
+CLUSTER_PROBE_MISSES_MAX: Final = 3
 # A deleted topic's name is not re-imported from a peer for this long, so a delete that reached
 # the members one after the other is not undone by a reconcile that ran in between.
 CLUSTER_TOMBSTONE_MS: Final = 600_000

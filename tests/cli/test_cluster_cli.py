@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tests.cli.test_cli import ok, txmq
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, wait_until
 from tests.integration.test_cluster import free_ports
 from txmq.broker.cluster_file import load
 
@@ -64,6 +64,13 @@ def test_cluster_up_status_views_and_clean_stop(tmp_path: Path) -> None:
         assert [(m["name"], m["up"]) for m in status] == [("broker-0", True), ("broker-1", True)]
         assert status[0]["data_dir"].endswith("broker-0")
         ok("topic", "create", "views", "--queues", "2", *ep)
+        wait_until(
+            lambda: (
+                len(json.loads(ok("topic", "describe", "views", "--json", *ep))["brokers"]) == 2
+            ),
+            15,
+            "the topic on both brokers",
+        )
         ok("send", "views", "hello", "--endpoints", f"127.0.0.1:{port + 1}")
         described = json.loads(ok("topic", "describe", "views", "--json", *ep))
         assert described["brokers"] == ["broker-0", "broker-1"]
