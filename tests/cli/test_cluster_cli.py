@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from tests.cli.test_cli import ok, txmq
@@ -21,16 +21,22 @@ from txmq.broker.cluster_file import load
 
 
 def _lines(proc: subprocess.Popen[str], n: int, timeout_s: float) -> list[str]:
+    """The first ``n`` stdout lines, read by a thread (a selector on the pipe would miss lines
+    already read ahead into the text buffer) and waited for at most ``timeout_s``."""
     assert proc.stdout is not None
     out: list[str] = []
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while len(out) < n and sel.select(timeout=timeout_s):
-            line = proc.stdout.readline()
+
+    def read() -> None:
+        for _ in range(n):
+            line = proc.stdout.readline() if proc.stdout is not None else ""
             if not line:
-                break
+                return
             out.append(line.strip())
-    return out
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return list(out)
 
 
 def _two_free_ports() -> int:
