@@ -211,11 +211,11 @@ async def serve(
 
     ``hangup`` (set on SIGHUP by ``run``) re-reads the ACL file; a bad file keeps the old rules.
     """
+    found = cluster_member(config)  # before anything opens: a bad file changes nothing
     # Refused before the data directory is touched: a broker never runs with rules it misread.
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
     credentials = server_credentials(config)
     open_broker_notice(config.acl_file)
-    found = cluster_member(config)  # before anything opens: a bad file changes nothing
     executor = ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io")
     parts = Parts(config)
     metrics_http: Any = None
