@@ -201,7 +201,8 @@ def _progress(key: str, r: PhaseResult) -> None:
         f"    {key:8s} {r.producers:2d} producers: {r.rate:7.0f} msg/s, send p50 "
         f"{r.send_p50_ms:6.2f} ms p99 {r.send_p99_ms:7.2f} ms, commit->receipt p50 "
         f"{r.e2e_p50_ms:7.1f} ms p99 {r.e2e_p99_ms:7.1f} ms, server CPU "
-        f"{100 * r.server_cpu_s / r.seconds:4.0f} %, machine busy {r.machine_busy_cores:.2f} "
+        f"{100 * r.server_cpu_s / r.seconds:4.0f} % = {1e6 * r.server_cpu_s / max(1, r.sent):5.0f} "
+        f"us/msg, machine busy {r.machine_busy_cores:.2f} "
         f"cores, errors {r.errors}, undelivered "
         f"{r.undelivered}" + (f" ({r.first_error[:120]})" if r.errors else ""),
         flush=True,

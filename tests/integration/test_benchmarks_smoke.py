@@ -60,6 +60,16 @@ def test_bench_broker_runs_every_baseline(tmp_path: Path) -> None:
     assert " 0 receipts" not in out, out
 
 
+def test_compare_reports_server_cpu_per_message(tmp_path: Path) -> None:
+    """The peer comparison's txmq leg (the peers need Debian packages; the full run is by
+    hand): every phase prints the server's CPU per message beside its rate."""
+    args = ("--systems", "txmq", "--rounds", "1", "--seconds", "0.5", "--no-save")
+    out = run_bench("compare.py", *args, tmp=tmp_path)
+    phases = [line for line in out.splitlines() if "producers:" in line and "send p50" in line]
+    assert len(phases) == 2, out
+    assert all("us/msg" in line for line in phases), out
+
+
 @pytest.mark.spark
 def test_bench_spark_reports_both_rates(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
