@@ -471,3 +471,42 @@ def test_the_spark_connector_client_with_credentials_over_tls(
         source.queue_ranges(TOPIC)
     with pytest.raises(TxmqOptionError, match="accessKey and secretKey go together"):
         security({"accesskey": "inventory-app"})
+
+
+def test_check_backs_go_only_to_users_who_may_publish_the_topic(
+    secure: BrokerProcess, pki: Bundle
+) -> None:
+    import time
+
+    R = TransactionResolution
+    writer = ClientConfiguration(secure.endpoints, Credentials("orders-app", SECRETS["orders-app"]))
+    first = Producer(
+        writer, (TOPIC,), Checker(lambda m: R.TRANSACTION_RESOLUTION_UNSPECIFIED), tls_enable=True
+    )
+    first.startup()
+    try:
+        half = first.send(message(TOPIC, b"orphan"), first.begin_transaction())
+    finally:
+        first.shutdown()  # leaves undecided
+    # inventory-app may route TOPIC (it subscribes) and declares it as a publisher: the broker
+    # drops that declaration, so the half message it must not decide is never shown to it.
+    reader = ClientConfiguration(
+        secure.endpoints, Credentials("inventory-app", SECRETS["inventory-app"])
+    )
+    nosy = Checker(lambda m: R.COMMIT)
+    intruder = Producer(reader, (TOPIC,), nosy, tls_enable=True)
+    intruder.startup()
+    try:
+        wait_until(lambda: "not a publisher of ['sec-orders']" in secure.log_tail(200), 15, "drop")
+        time.sleep(3)  # sleep: no event marks a check-back not sent; 3 check intervals pass
+        assert half.message_id not in nosy.calls
+        legit = Checker(lambda m: R.ROLLBACK)
+        second = Producer(writer, (TOPIC,), legit, tls_enable=True)
+        second.startup()
+        try:
+            wait_until(lambda: half.message_id in legit.calls, 30, "the check-back to a publisher")
+        finally:
+            second.shutdown()
+        assert half.message_id not in nosy.calls
+    finally:
+        intruder.shutdown()
