@@ -34,6 +34,8 @@ from typing import Any
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
+from txmq.protocol.client_security import ClientSecurity
+
 GROUP = "inventory-service"
 TOPIC = "deduct-stock"
 TAG = "deduct"
@@ -144,11 +146,14 @@ class InventoryService:
         self.rng = random.Random(seed)
         self.failure_rate = failure_rate
         self.stats = InventoryStats()
+        # Credentials and TLS from the environment, as in order_service.py.
+        security = ClientSecurity.from_env(os.environ)
         self.consumer = SimpleConsumer(
-            ClientConfiguration(endpoints, Credentials()),
+            ClientConfiguration(endpoints, Credentials(*security.official_credentials)),
             group,
             {topic: FilterExpression(TAG)},
             await_duration=2,
+            tls_enable=security.tls,
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="inventory", daemon=True)

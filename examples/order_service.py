@@ -55,6 +55,8 @@ from rocketmq import (
     TransactionResolution,
 )
 
+from txmq.protocol.client_security import ClientSecurity
+
 TOPIC = "deduct-stock"
 TAG = "deduct"
 SKUS = ("apple", "pear", "plum", "fig", "kiwi")
@@ -244,8 +246,14 @@ class OrderService:
         # transaction timeout, so a check-back arrives while it runs.
         self.slow_s = slow_s
         self.checker = OrderChecker(db)
+        # Credentials and TLS from TXMQ_ACCESS_KEY/TXMQ_SECRET_KEY/TXMQ_TLS/TXMQ_CA_FILE, as the
+        # txmq CLI reads them (set by `txmq demo --secure`); none by default.
+        security = ClientSecurity.from_env(os.environ)
         self.producer = Producer(
-            ClientConfiguration(endpoints, Credentials()), (topic,), self.checker
+            ClientConfiguration(endpoints, Credentials(*security.official_credentials)),
+            (topic,),
+            self.checker,
+            tls_enable=security.tls,
         )
 
     def start(self) -> None:

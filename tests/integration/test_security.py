@@ -510,3 +510,27 @@ def test_check_backs_go_only_to_users_who_may_publish_the_topic(
         assert half.message_id not in nosy.calls
     finally:
         intruder.shutdown()
+
+
+def test_demo_secure_runs_the_story_over_tls_with_an_acl(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
+    env.pop("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", None)  # the demo sets its own
+    args = ["demo", "--secure", "--orders", "12", "--seed", "3", "--no-spark"]
+    args += ["--work-dir", str(tmp_path / "work")]
+    done = subprocess.run(
+        [sys.executable, "-m", "txmq.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "CONSISTENT" in out and "INCONSISTENT" not in out
+    assert "wrong secret -> UNAUTHORIZED" in out
+    assert "(subscribe only) -> FORBIDDEN" in out
+    assert "plaintext to the TLS port -> connection refused" in out
+    acl = tmp_path / "work" / "acl.toml"
+    assert acl.stat().st_mode & 0o077 == 0
+    log = (tmp_path / "work" / "broker.log").read_text()
+    assert "this broker is open" not in log

@@ -38,6 +38,11 @@ from txmq.cli.demo_steps import console, embedded_broker
 )
 @click.option("--no-spark", is_flag=True, help="Skip the Spark aggregation step.")
 @click.option(
+    "--secure",
+    is_flag=True,
+    help="Embedded broker with TLS (a throwaway CA) and an ACL; every client signs its calls.",
+)
+@click.option(
     "--orders-db",
     default=None,
     help="Order database: a SQLite path or a postgresql:// URL (default: SQLite in the work dir).",
@@ -53,6 +58,7 @@ def demo(
     seed: int,
     endpoints: str | None,
     no_spark: bool,
+    secure: bool,
     orders_db: str | None,
     work_dir: Path | None,
 ) -> None:
@@ -67,11 +73,15 @@ def demo(
     ok = False
     try:
         run = DemoRun(orders=orders, seed=seed, work=work, orders_db=orders_db, spark=not no_spark)
-        if endpoints is None:
+        if endpoints is None and secure:
+            facts = _run_secure(run, work)
+        elif endpoints is None:
             console.print("[bold]starting an embedded broker[/bold]")
             with embedded_broker(work / "broker", work / "broker.log") as ep:
                 facts = run.run(ep, embedded=True)
         else:
+            if secure:
+                raise click.UsageError("--secure starts its own broker; drop --endpoints")
             facts = run.run(endpoints, embedded=False)
         ok = print_report(facts, time.monotonic() - started)
     finally:
@@ -82,6 +92,17 @@ def demo(
             console.print(f"kept the databases and logs in {work}")
     if not ok:
         sys.exit(1)
+
+
+def _run_secure(run: DemoRun, work: Path) -> Facts:
+    from txmq.cli.demo_secure import probes, secure_setup
+
+    with secure_setup(work) as (flags, users):
+        console.print("[bold]starting an embedded broker with TLS and an ACL[/bold]")
+        with embedded_broker(work / "broker", work / "broker.log", flags) as ep:
+            for tried, answer in probes(ep, users, "demo-probe"):
+                console.print(f"refused as it should be: {tried} -> {answer}")
+            return run.run(ep, embedded=True)
 
 
 def print_report(f: Facts, elapsed_s: float) -> bool:

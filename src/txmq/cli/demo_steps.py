@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -88,9 +88,11 @@ def load_example(name: str) -> ModuleType:
 
 
 @contextmanager
-def embedded_broker(data_dir: Path, log_path: Path) -> Iterator[str]:
-    """A broker subprocess on a free port; yields its endpoints and stops it on exit."""
+def embedded_broker(data_dir: Path, log_path: Path, extra: Sequence[str] = ()) -> Iterator[str]:
+    """A broker subprocess on a free port (``extra``: more flags, e.g. TLS and ACL); yields its
+    endpoints and stops it on exit."""
     cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0"]
+    cmd += list(extra)
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(

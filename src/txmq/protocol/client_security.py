@@ -56,6 +56,20 @@ class ClientSecurity:
             ca_file=Path(ca) if ca else None,
         )
 
+    @property
+    def official_credentials(self) -> tuple[str, str]:
+        """(access key, secret key) as the official client's ``Credentials`` takes them."""
+        return self.access_key, self.secret_key
+
+    def spark_options(self) -> dict[str, str]:
+        """The Spark source and sink options that carry this choice."""
+        out = {"tls": "true" if self.tls else "false"}
+        if self.access_key:
+            out.update(accessKey=self.access_key, secretKey=self.secret_key)
+        if self.ca_file is not None:
+            out["caFile"] = str(self.ca_file)
+        return out
+
     def metadata(self, now_ms: int) -> list[tuple[str, str]]:
         """The signature headers for one call made at ``now_ms`` (none without credentials)."""
         if not self.access_key:

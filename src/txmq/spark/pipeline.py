@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from txmq.protocol.client_security import ClientSecurity
 from txmq.spark.session import local_session
 
 ORDER_TOPIC_DEFAULT: Final = "deduct-stock"
@@ -36,6 +38,11 @@ REPORT_IDS_MAX: Final = 1000
 
 def _spark(spark: Any, app: str) -> Any:
     return spark if spark is not None else local_session(app)
+
+
+def _security() -> dict[str, str]:
+    """Credentials and TLS from TXMQ_ACCESS_KEY/TXMQ_SECRET_KEY/TXMQ_TLS/TXMQ_CA_FILE."""
+    return ClientSecurity.from_env(os.environ).spark_options()
 
 
 def orders_from(messages: Any) -> Any:
@@ -54,6 +61,7 @@ def stream_to_parquet(spark: Any, endpoints: str, topic: str, out: Path, checkpo
     """Every committed message not yet copied, into Parquet, exactly once; then returns."""
     query = (
         spark.readStream.format("txmq")
+        .options(**_security())
         .option("endpoints", endpoints)
         .option("topic", topic)
         .option("startingOffsets", "earliest")
@@ -133,7 +141,11 @@ def reconcile(
 
     spark = _spark(spark, "txmq-reconcile")
     messages = orders_from(
-        spark.read.format("txmq").option("endpoints", endpoints).option("topic", topic).load()
+        spark.read.format("txmq")
+        .options(**_security())
+        .option("endpoints", endpoints)
+        .option("topic", topic)
+        .load()
     )
     orders = _sqlite_frame(spark, orders_db, "SELECT id, qty FROM orders", "id string, qty int")
     deducted = _sqlite_frame(
