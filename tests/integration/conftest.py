@@ -155,3 +155,9 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> 
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+# The security tests' session-wide CA and ACL + TLS broker, registered once here: gRPC core
+# reads GRPC_DEFAULT_SSL_ROOTS_FILE_PATH once per process, so two CAs in one session would break
+# the second module's official clients.
+from tests.integration.security_fixtures import pki, secure  # noqa: E402, F401
