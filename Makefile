@@ -17,6 +17,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy src
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q
 
 test-slow: $(STAMP)

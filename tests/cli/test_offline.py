@@ -14,9 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from txmq.cli.config import load_config
+from txmq.broker.config_sources import load_config
 from txmq.cli.demo_report import FATE_COMMITS, Facts, SparkResult, checks, percentile
-from txmq.cli.main import EXIT_UNREACHABLE, EXIT_USAGE, _register, cli, exit_code_for
+from txmq.cli.main import _register, cli
 from txmq.errors import (
     BadRequestError,
     BrokerUnavailableError,
@@ -24,6 +24,7 @@ from txmq.errors import (
     NotFoundError,
     TxmqError,
 )
+from txmq.exits import EXIT_UNREACHABLE, EXIT_USAGE, exit_code_for
 from txmq.model import FlushMode
 
 _register()
@@ -252,7 +253,7 @@ def test_failure_plan_is_seeded_and_covers_every_fate() -> None:
 
 
 def test_configuration_reference_lists_every_setting() -> None:
-    from txmq.cli.config import BROKER_FIELDS, STORE_FIELDS
+    from txmq.broker.config_sources import BROKER_FIELDS, STORE_FIELDS
 
     doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     for key in BROKER_FIELDS:

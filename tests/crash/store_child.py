@@ -65,7 +65,7 @@ def main() -> None:
     say("ready")
     for n in range(threads):
         threading.Thread(target=writer, args=(n,), daemon=True).start()
-    time.sleep(60)
+    time.sleep(60)  # sleep: the writers run until the parent's SIGKILL lands
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def run_child(
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(rng.uniform(min_s, min_s + 0.15))
+    time.sleep(rng.uniform(min_s, min_s + 0.15))  # sleep: a random kill point, not an event
     proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=30)
     for line in out.splitlines():

@@ -95,7 +95,7 @@ def _round(data_dir: Path, round_no: int, rng: random.Random) -> list[str]:
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     # Short kills catch prepares in flight; longer ones let checks, backoff and max checks run.
-    time.sleep(rng.choice([rng.uniform(0.0, 0.05), rng.uniform(0.05, 0.6)]))
+    time.sleep(rng.choice([rng.uniform(0.0, 0.05), rng.uniform(0.05, 0.6)]))  # sleep: kill point
     proc.send_signal(signal.SIGKILL)
     # Read through the same buffered stream as readline() above: communicate() would read the
     # raw pipe and lose whatever readline() had already buffered past "ready".

@@ -102,13 +102,13 @@ class Child:
                     intent = self.intents.get(req.transaction_id, "unknown")
                 if intent != "unknown" and rng.random() < 0.7:
                     self.decide(req.transaction_id, intent, DecisionSource.CHECK_BACK)
-            time.sleep(0.01)
+            time.sleep(0.01)  # sleep: the check-back tick period of this workload
 
     def snapshotter(self) -> None:
         """Snapshots race with prepares, decisions and check ticks, as in the broker."""
         for _ in range(100_000):
             self.tx.snapshot()
-            time.sleep(0.03)
+            time.sleep(0.03)  # sleep: the snapshot period of this workload
 
 
 def main() -> None:
@@ -124,7 +124,7 @@ def main() -> None:
         threading.Thread(target=child.worker, args=(n,), daemon=True).start()
     threading.Thread(target=child.checker, daemon=True).start()
     threading.Thread(target=child.snapshotter, daemon=True).start()
-    time.sleep(60)
+    time.sleep(60)  # sleep: the workers run until the parent's SIGKILL lands
 
 
 if __name__ == "__main__":

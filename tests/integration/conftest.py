@@ -153,7 +153,7 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> 
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.1)
+        time.sleep(0.1)  # sleep: poll interval of this bounded wait
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 

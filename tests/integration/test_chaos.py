@@ -75,7 +75,7 @@ def _produce(
             tx = p.begin_transaction()
             receipt = p.send(message(TOPIC, body), tx)
         except Exception:  # the half may or may not be stored: check-back answers by outcome
-            time.sleep(0.05)
+            time.sleep(0.05)  # sleep: back-off of a workload while the broker is down
             continue
         with ledger.lock:
             ledger.acked.add(body)
@@ -87,7 +87,7 @@ def _produce(
             elif choice == "rollback":
                 tx.rollback()
         except Exception:  # a lost decision is recovered by check-back
-            time.sleep(0.05)
+            time.sleep(0.05)  # sleep: back-off of a workload while the broker is down
 
 
 def _consume(endpoints: str, ledger: Ledger, stop: threading.Event) -> None:
@@ -103,7 +103,7 @@ def _consume(endpoints: str, ledger: Ledger, stop: threading.Event) -> None:
                         ledger.received.append(m.body)
                     c.ack(m)
             except Exception:  # the broker is down: try again until told to stop
-                time.sleep(0.2)
+                time.sleep(0.2)  # sleep: back-off of a workload while the broker is down
     except Exception:  # a consumer that cannot start during a kill consumes in a later epoch
         return
     finally:
@@ -139,7 +139,7 @@ def _epoch(
     threads.append(threading.Thread(target=_consume, args=(broker.endpoints, ledger, stop)))
     for t in threads:
         t.start()
-    time.sleep(run_s)
+    time.sleep(run_s)  # sleep: the chaos runs for a duration; the kill lands mid-traffic
     if kill:
         broker.kill9()  # while transactions are in flight
     stop.set()

@@ -15,6 +15,7 @@ from rocketmq.v5.exception import BadRequestException
 
 from tests.integration.clients import config, consumer, drain, message, producer
 from tests.integration.conftest import BrokerProcess, wait_until
+from txmq.broker.offsets import FILE_NAME, OffsetFile
 
 CODE_INVALID_RECEIPT_HANDLE = 40013
 
@@ -107,13 +108,21 @@ def test_push_consumer_failures_reach_the_dlq(broker: BrokerProcess, fifo: bool)
         # The broker fixture runs with --delivery-attempts-max 3.
         wait_until(lambda: len(listener.attempts) >= 3, 60, "three consume attempts")
         dead = _dlq_bodies(broker.endpoints, group, 1)
-        time.sleep(2)  # nothing more arrives once the message is dead-lettered
+        # sleep: a quiet period: no event marks 'no fourth attempt', only time passing does
+        time.sleep(2)  # sleep: see above
     finally:
         pc.shutdown()
     assert [body for body, _ in listener.attempts] == [b"poison"] * 3
     if not fifo:
         assert [a for _, a in listener.attempts] == [1, 2, 3]
     assert [m.body for m in dead] == [b"poison"]
+
+
+def _saved_consumed(broker: BrokerProcess, group: str) -> int:
+    """Messages of ``group`` the broker's positions file records as consumed (below a queue's
+    ack offset, or settled above it; the topics here start at offset 0)."""
+    saved = OffsetFile(broker.data_dir / FILE_NAME).load()
+    return sum(p.ack_offset + len(p.settled) for k, p in saved.items() if k.group == group)
 
 
 def test_positions_survive_kill9_and_unacked_come_back(broker: BrokerProcess) -> None:
@@ -125,14 +134,15 @@ def test_positions_survive_kill9_and_unacked_come_back(broker: BrokerProcess) ->
     for m in got[:5]:
         c.ack(m)
     c.shutdown()
-    time.sleep(2.0)  # the broker saves positions every second
+    # The observable event: the positions file on disk records the five acks (it is saved
+    # every second), so the kill -9 below cannot lose them.
+    wait_until(lambda: _saved_consumed(broker, "g-pop3") == 5, 20, "the positions save")
     broker.kill9()
     broker.start()
     c = consumer(broker.endpoints, "g-pop3", "pop3")
     try:
         again = drain(c, 3, 30)
-        time.sleep(0.5)
-        again += c.receive(32, 2) or []
+        again += c.receive(32, 2) or []  # a 2 s long poll: nothing more may come
     finally:
         c.shutdown()
     assert sorted(m.body for m in again) == sorted({m.body for m in got} - acked)

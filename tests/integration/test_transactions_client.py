@@ -52,7 +52,7 @@ def test_a_left_producers_transaction_waits_for_the_next_live_producer(
     a.shutdown()  # leaves without deciding
     # With nobody to ask, check-backs are not spent: many check intervals (1 s) pass and the
     # transaction is neither checked nor given up.
-    time.sleep(4)
+    time.sleep(4)  # sleep: a quiet period; no event marks 'no check-back was spent'
     assert first.calls == []
     second = Checker(lambda m: R.COMMIT)
     b = producer(broker.endpoints, ("txw",), second)
@@ -133,7 +133,9 @@ def test_check_back_reaches_a_producer_that_did_not_declare_the_topic(
     checker = Checker(lambda m: R.COMMIT)
     p = producer(broker.endpoints, ("txd-declared",), checker)
     try:
-        time.sleep(2.5)  # past the client's early settings re-sync
+        # sleep: past the official client's settings re-sync, a timer inside the client that
+        # sends nothing the test could wait on
+        time.sleep(2.5)  # sleep: see above
         tx = p.begin_transaction()
         half = p.send(message("txd-other", b"undeclared topic"), tx)
         wait_until(lambda: half.message_id in checker.calls, 30, "a check-back")

@@ -83,11 +83,11 @@ def test_batch_read_by_time_range(spark_broker: BrokerProcess, spark: Any) -> No
     ep = spark_broker.endpoints
     with BrokerClient(ep) as broker:
         broker.send([build_message("times", b"before")])
-        time.sleep(0.05)
+        time.sleep(0.05)  # sleep: the window's edges need store times in distinct milliseconds
         start_ms = int(time.time() * 1000)
         for i in range(5):
             broker.send([build_message("times", f"inside{i}".encode())])
-        time.sleep(0.05)
+        time.sleep(0.05)  # sleep: as above, for the window's end
         end_ms = int(time.time() * 1000)
         broker.send([build_message("times", b"after")])
     df = _read(spark, ep, "times", startingTimestamp=str(start_ms), endingTimestamp=str(end_ms))

@@ -102,5 +102,6 @@ def test_transactional_sink_is_exactly_once_across_killed_drivers(
     bodies = _read_topic(spark, ep, dst)
     assert len(bodies) == len(set(bodies)), "no duplicates from the replayed batches"
     assert set(bodies) == made.committed
-    time.sleep(1.5)  # a late check-back must not add anything either
+    # sleep: a quiet period: a late check-back must not add anything, and no event marks 'none'
+    time.sleep(1.5)  # sleep: see above
     assert len(_read_topic(spark, ep, dst)) == len(made.committed)

@@ -112,7 +112,7 @@ async def test_one_wake_per_group_resumes_every_request_in_it(clock: Clock) -> N
         for _ in range(1000):  # bounded: each pass lets the new tasks reach their await
             if sum(len(f) for f in waiters.futures.values()) == 9:
                 break
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sleep: one event-loop turn per pass of this bounded poll
         sizes = sorted(len(f) for f in waiters.futures.values())
         assert sizes == [1, 8], "the 8 later writes share one group, the first has its own"
         callbacks = [len(group._callbacks) for group in waiters.futures]

@@ -110,7 +110,11 @@ async def test_empty_long_poll_then_woken_by_notify(rpcs: ConsumeRpcs) -> None:
     items = await _receive(rpcs, _receive_request("t", poll_ms=50))
     assert [i.status.code for i in items] == [errors.CODE_MESSAGE_NOT_FOUND]
     task = asyncio.create_task(_receive(rpcs, _receive_request("t", poll_ms=10_000)))
-    await asyncio.sleep(0.1)
+    for _ in range(1000):  # until the long poll is parked, so only the notify can wake it
+        if rpcs.waiting("t"):
+            break
+        await asyncio.sleep(0.005)  # sleep: poll interval of this bounded wait
+    assert rpcs.waiting("t")
     _append(rpcs, "t", b"late", queue_id=1)
     rpcs.notify_appended("t", 1)
     items = await asyncio.wait_for(task, timeout=5)

@@ -72,7 +72,7 @@ def test_writers_readers_and_retention_together(tmp_path: Path, seed: int) -> No
                 return
             clock.advance(CONFIG.retention_ms // 20)
             store.delete_expired_segments(keep_from_offset=store.log_end_offset)
-            time.sleep(0.002)
+            time.sleep(0.002)  # sleep: paces retention against the writers (a workload)
 
     threads = [threading.Thread(target=guard(writer), args=(n,)) for n in range(WRITERS)]
     others = [threading.Thread(target=guard(reader), args=(k,)) for k in range(2)]

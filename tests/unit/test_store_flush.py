@@ -60,7 +60,7 @@ def wait_until(cond: object, what: str) -> None:
     deadline = time.monotonic() + 10
     while not cond():  # type: ignore[operator]
         assert time.monotonic() < deadline, what
-        time.sleep(0.002)
+        time.sleep(0.002)  # sleep: poll interval of this bounded wait
 
 
 def start_writers(store: Store, ids: range, errors: list[BaseException]) -> list[threading.Thread]:

@@ -1,15 +1,16 @@
 """``python -m txmq.broker``: start one broker; the same flags as ``txmq broker``.
 
-Runs the ``broker`` click command alone, without registering the rest of the CLI, so a broker
-starts even while other commands (demo, Spark helpers) are broken or missing dependencies.
-Prints ``txmq broker listening on HOST:PORT`` once it accepts RPCs (tests read the port from
-it when started with ``--port 0``); SIGINT/SIGTERM shut it down cleanly.
+Runs the ``broker`` click command (txmq/broker/command.py) alone, without the rest of the CLI,
+so a broker starts even while other commands (demo, Spark helpers) are broken or missing
+dependencies. Prints ``txmq broker listening on HOST:PORT`` once it accepts RPCs (tests read
+the port from it when started with ``--port 0``); SIGINT/SIGTERM shut it down cleanly.
 """
 
 import sys
 
-from txmq.cli.main import EXIT_FAILED, broker
+from txmq.broker.command import broker
 from txmq.errors import TxmqError
+from txmq.exits import EXIT_FAILED
 
 try:
     broker.main(args=sys.argv[1:], prog_name="python -m txmq.broker", standalone_mode=True)

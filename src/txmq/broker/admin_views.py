@@ -14,7 +14,6 @@ messages of a topic, newest first.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,7 +69,7 @@ def view_methods(parts: Parts, record_json: RecordJson) -> dict[str, Callable[..
             "metrics": generate_latest(parts.metrics.registry).decode(),
             "disk_used_ratio": store.disk.used_ratio(store.data_dir),
             "disk_watermark": store.config.disk_watermark,
-            "time_ms": time.time_ns() // 1_000_000,
+            "time_ms": parts.now_ms(),
             "store": store_status(parts),
         }
 

@@ -36,7 +36,7 @@ from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.data import add_data
 from txmq.broker.edge import AuthInterceptor
 from txmq.broker.membership import Membership
-from txmq.broker.parts import Parts, wall_ms
+from txmq.broker.parts import Parts
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import invariant
@@ -73,12 +73,12 @@ class Loops:
         self.check_back = CheckBack(parts.tx, parts.clients, parts.metrics, servicer.run).tick
 
     async def release_delayed(self) -> None:
-        touched = await self.servicer.run(self.parts.delay.release_due, wall_ms())
+        touched = await self.servicer.run(self.parts.delay.release_due, self.parts.now_ms())
         for topic, queue_id in touched:
             self.servicer.notify_appended(topic, queue_id)
 
     async def housekeeping(self) -> None:
-        self.parts.clients.expire(wall_ms())
+        self.parts.clients.expire(self.parts.now_ms())
 
     async def scrub(self) -> None:
         """Re-verify the next stretch of the log and its queue entries (store/repair.py)."""
@@ -131,11 +131,14 @@ def cluster_member(config: BrokerConfig) -> tuple[ClusterFile, Member] | None:
 
 
 def membership_for(
-    config: BrokerConfig, found: tuple[ClusterFile, Member] | None, port: int
+    config: BrokerConfig,
+    found: tuple[ClusterFile, Member] | None,
+    port: int,
+    now_ms: Callable[[], int],
 ) -> Membership:
     if found is None:
-        return Membership.solo(advertised_host(config), port, now_ms=wall_ms)
-    return Membership(found[0], found[1], now_ms=wall_ms)
+        return Membership.solo(advertised_host(config), port, now_ms=now_ms)
+    return Membership(found[0], found[1], now_ms=now_ms)
 
 
 def advertised_host(config: BrokerConfig) -> str:
@@ -149,9 +152,9 @@ def advertised_host(config: BrokerConfig) -> str:
     return config.host
 
 
-def _grpc_server(guard: Guard | None) -> Any:
+def _grpc_server(guard: Guard | None, now_ms: Callable[[], int]) -> Any:
     return grpc.aio.server(
-        interceptors=[AuthInterceptor(guard, wall_ms)] if guard is not None else None,
+        interceptors=[AuthInterceptor(guard, now_ms)] if guard is not None else None,
         options=[
             ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -171,7 +174,7 @@ def _add_services(
         store=parts.store,
         topics=parts.topics,
         config=parts.config,
-        now_ms=wall_ms,
+        now_ms=parts.now_ms,
         executor=executor,
         metrics=parts.metrics,
         positions=parts.deliveries,
@@ -185,7 +188,7 @@ def _add_services(
         sends=parts.sends,
         executor=executor,
         endpoint=endpoint,
-        now_ms=wall_ms,
+        now_ms=parts.now_ms,
         consume=consume,
         membership=membership,
     )
@@ -223,14 +226,14 @@ async def serve(
     guard = None
     if acl is not None and config.acl_file is not None:
         guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
-    server = _grpc_server(guard)
+    server = _grpc_server(guard, parts.now_ms)
     consume: ConsumeRpcs | None = None
     membership: Membership | None = None
     try:
         # A member binds the port its cluster file gives it: the file is what peers dial.
         member_port = config.port if found is None else found[1].port
         port = _bind(server, config, member_port, credentials)
-        membership = membership_for(config, found, port)
+        membership = membership_for(config, found, port, parts.now_ms)
         consume, servicer = _add_services(server, parts, executor, membership)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server

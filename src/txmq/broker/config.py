@@ -1,7 +1,7 @@
 """Broker configuration: one frozen value, validated on construction.
 
 Owns: the BrokerConfig dataclass and its validation. Loading from a TOML file, ``TXMQ_*``
-environment variables and flags lives in the CLI (txmq.cli.config), which builds this value.
+environment variables and flags lives in config_sources.py, which builds this value.
 """
 
 from __future__ import annotations

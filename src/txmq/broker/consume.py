@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -43,6 +44,7 @@ from txmq.model import (
     PROP_ORIGIN_MESSAGE_ID,
     PROP_REAL_TOPIC,
     MessageType,
+    QueueRead,
     message_draft,
 )
 from txmq.protocol import mapping
@@ -111,12 +113,38 @@ class ConsumeRpcs:
         if ev is not None:
             ev.set()
 
+    def waiting(self, topic: str) -> bool:
+        """Whether a long poll waits for an append to ``topic`` now (tests wait on it)."""
+        return topic in self._wakeups
+
     async def _wait_for(self, topic: str, timeout_s: float) -> None:
         ev = self._wakeups.setdefault(topic, asyncio.Event())
         try:
             await asyncio.wait_for(ev.wait(), timeout=max(0.0, timeout_s))
         except TimeoutError:
             return
+
+    async def _long_poll(
+        self,
+        topic: str,
+        poll_s: float,
+        attempt: Callable[[float], Awaitable[T]],
+        answered: Callable[[T], bool],
+        *,
+        recheck_s: float = math.inf,
+    ) -> T:
+        """The one long-poll loop: ``attempt(seconds left)`` until ``answered`` accepts its
+        result or ``poll_s`` has passed, waiting between attempts until an append to ``topic``
+        wakes it (``notify_appended``) or ``recheck_s`` passes (for what becomes due without an
+        append, such as expired leases). Bounded by the deadline; each wait is at least one
+        event-loop turn."""
+        deadline = time.monotonic() + poll_s
+        while True:
+            got = await attempt(deadline - time.monotonic())
+            remaining = deadline - time.monotonic()
+            if answered(got) or remaining <= 0:
+                return got
+            await self._wait_for(topic, min(remaining, recheck_s))
 
     async def sweep(self) -> None:
         """Dead-letter last attempts nobody will receive again, then save positions."""
@@ -175,35 +203,35 @@ class ConsumeRpcs:
             start = request.message_queue.id % info.queue_count
             queue_ids = [(start + i) % info.queue_count for i in range(info.queue_count)]
             fifo = info.message_type is MessageType.FIFO
-            deadline = time.monotonic() + self._poll_s(request)
-            while True:
-                room = await self.budget.room(deadline - time.monotonic())
-                got: list[Delivery] = []
-                dead: list[DeadLetter] = []
-                if room:
-                    receive = functools.partial(
-                        self.positions.receive,
-                        group,
-                        topic,
-                        queue_ids,
-                        tags=wanted,
-                        batch=batch,
-                        invisible_ms=invisible,
-                        now_ms=self.now_ms(),
-                        fifo=fifo,
-                        max_bytes=room,
-                    )
-                    # Records written lately are in the page cache: read them on the loop.
-                    if self.positions.reads_recent(group, topic, queue_ids):
-                        got, dead = receive()
-                    else:
-                        got, dead = await self.run(receive)
+
+            async def attempt(remaining_s: float) -> list[Delivery]:
+                room = await self.budget.room(remaining_s)
+                if not room:
+                    return []
+                receive = functools.partial(
+                    self.positions.receive,
+                    group,
+                    topic,
+                    queue_ids,
+                    tags=wanted,
+                    batch=batch,
+                    invisible_ms=invisible,
+                    now_ms=self.now_ms(),
+                    fifo=fifo,
+                    max_bytes=room,
+                )
+                # Records written lately are in the page cache: read them on the loop.
+                if self.positions.reads_recent(group, topic, queue_ids):
+                    got, dead = receive()
+                else:
+                    got, dead = await self.run(receive)
                 for letter in dead:
                     await self.run(self.dead_letter, letter)
-                remaining = deadline - time.monotonic()
-                if got or remaining <= 0:
-                    break
-                await self._wait_for(topic, min(remaining, REDELIVERY_POLL_S))
+                return got
+
+            got = await self._long_poll(
+                topic, self._poll_s(request), attempt, bool, recheck_s=REDELIVERY_POLL_S
+            )
         except Exception as exc:
             yield sv.ReceiveMessageResponse(status=fail(exc))
             return
@@ -337,15 +365,16 @@ class ConsumeRpcs:
                 raise IllegalOffsetError(f"offset must be >= 0, got {request.offset}")
             wanted = _tags(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, limits.READ_BATCH_MAX))
-            deadline = time.monotonic() + self._poll_s(request)
-            while True:
-                read = await self.run(
+
+            async def attempt(remaining_s: float) -> QueueRead:
+                return await self.run(
                     self.store.read_queue, topic, qid, request.offset, batch, tags=wanted
                 )
-                remaining = deadline - time.monotonic()
-                if read.records or read.next_offset != request.offset or remaining <= 0:
-                    break
-                await self._wait_for(topic, remaining)
+
+            def answered(read: QueueRead) -> bool:
+                return bool(read.records) or read.next_offset != request.offset
+
+            read = await self._long_poll(topic, self._poll_s(request), attempt, answered)
             if request.offset < read.min_offset and not read.records:
                 raise IllegalOffsetError(
                     f"offset {request.offset} is below the queue's first retained offset "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +41,6 @@ from txmq.store.store import Store
 
 FILE_NAME = "consumer-positions.json"
 _FORMAT_VERSION = 1
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _ranges(offsets: Iterable[int]) -> list[list[int]]:
@@ -116,7 +111,7 @@ class ConsumerPositions:
         attempts_max: int,
         backoff_initial_ms: int = 1_000,
         backoff_max_ms: int = 60_000,
-        now_ms: Callable[[], int] = _wall_ms,
+        now_ms: Callable[[], int],
     ) -> None:
         self.store = store
         self.now_ms = now_ms

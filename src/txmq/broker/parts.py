@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from txmq.broker.clients import Clients
@@ -63,13 +64,21 @@ def lock_data_dir(data_dir: Path) -> int:
 
 
 class Parts:
-    def __init__(self, config: BrokerConfig, *, resolvers: list[Resolver] | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        resolvers: list[Resolver] | None = None,
+        now_ms: Callable[[], int] = wall_ms,
+    ) -> None:
         self.config = config
+        # The broker's one clock, injected into every part that reads time.
+        self.now_ms = now_ms
         d = config.data_dir
         d.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_data_dir(d)
         try:
-            self.store = Store.open(d / "store", config.store, now_ms=wall_ms)
+            self.store = Store.open(d / "store", config.store, now_ms=now_ms)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -97,7 +106,7 @@ class Parts:
             timeout_ms=config.transaction_timeout_ms,
             check_interval_ms=config.transaction_check_interval_ms,
             check_max=config.transaction_check_max,
-            now_ms=wall_ms,
+            now_ms=self.now_ms,
             resolvers=resolvers if resolvers is not None else [SinkLedger(self.store.find_by_key)],
         )
         self.deliveries = ConsumerPositions(
@@ -107,7 +116,7 @@ class Parts:
             attempts_max=config.delivery_attempts_max,
             backoff_initial_ms=config.retry_backoff_initial_ms,
             backoff_max_ms=config.retry_backoff_max_ms,
-            now_ms=wall_ms,
+            now_ms=self.now_ms,
         )
         self.clients = Clients()
         self.lag = LagSource(
@@ -125,7 +134,7 @@ class Parts:
             topics=self.topics,
             delay=self.delay,
             metrics=self.metrics,
-            now_ms=wall_ms,
+            now_ms=self.now_ms,
             body_size_max=config.store.body_size_max,
         )
 

@@ -118,9 +118,7 @@ def _keys(a: npt.NDArray[np.uint8], view: memoryview, starts: I64, lens: I64) ->
 Span = tuple[I64, I64]  # (start, length) of one field in every record
 
 
-def _fields(
-    a: npt.NDArray[np.uint8], s: I64
-) -> tuple[I64, I64, I64, I64, list[Span], Span, Span]:
+def _fields(a: npt.NDArray[np.uint8], s: I64) -> tuple[I64, I64, I64, I64, list[Span], Span, Span]:
     """Every record's fixed fields (queue id, queue offset, born, store) read at the codec's
     named offsets, then the spans of its five strings, its properties and its body."""
     try:

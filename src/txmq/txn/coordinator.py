@@ -52,8 +52,6 @@ restore counts and times. Replay is idempotent, so a decision is never lost nor 
 
 from __future__ import annotations
 
-import dataclasses
-import heapq
 import itertools
 import logging
 import threading
@@ -75,7 +73,7 @@ from txmq.model import (
 )
 from txmq.store.store import Pending, Store
 from txmq.txn import records
-from txmq.txn.book import Due, Txn, TxnBook, Wait, describe
+from txmq.txn.book import Due, Txn, TxnBook, Wait
 from txmq.txn.replay import load_book
 from txmq.txn.steps import DecisionInFlightError, Steps, run_all, run_blocking
 from txmq.txn.values import CheckRequest as CheckRequest
@@ -83,8 +81,8 @@ from txmq.txn.values import ClaimingResolver as ClaimingResolver
 from txmq.txn.values import LiveGroups as LiveGroups
 from txmq.txn.values import Resolver as Resolver
 from txmq.txn.values import ResolverFn as ResolverFn
-from txmq.txn.values import TxnMetrics as TxnMetrics
-from txmq.txn.values import is_claiming, live_predicate
+from txmq.txn.values import TickDecision, is_claiming, live_predicate
+from txmq.txn.views import TxnViews
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +92,7 @@ _SNAPSHOT = "txn-snapshot.json"
 _DECIDING_WAIT_S = 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class _Decision:
-    """A decision a check-back tick makes itself (a resolver's answer, a max-checks rollback)."""
-
-    txn: Txn
-    commit: bool
-    source: DecisionSource
-
-
-class Transactions:
+class Transactions(TxnViews):
     def __init__(
         self,
         store: Store,
@@ -365,10 +354,10 @@ class Transactions:
                 dues = self.book.due(now, is_live, limits.TRANSACTION_CHECKS_PER_TICK_MAX)
             try:
                 spent: list[tuple[Txn, int, Record]] = []
-                decisions: list[_Decision] = []
+                decisions: list[TickDecision] = []
                 for due in dues:
                     checked = self._handle_due_logged(due, now)
-                    if isinstance(checked, _Decision):
+                    if isinstance(checked, TickDecision):
                         decisions.append(checked)
                     elif checked is not None:
                         spent.append(checked)
@@ -378,7 +367,7 @@ class Transactions:
                 with self._lock:
                     self._op_end(token)
 
-    def _decide_all(self, decisions: list[_Decision], now_ms: int) -> None:
+    def _decide_all(self, decisions: list[TickDecision], now_ms: int) -> None:
         """The tick's decisions (resolver answers, max-checks rollbacks) appended together:
         one shared fsync, not one each in turn. One failure defers only its transaction."""
         all_steps = [
@@ -400,7 +389,7 @@ class Transactions:
 
     def _handle_due_logged(
         self, due: Due, now_ms: int
-    ) -> tuple[Txn, int, Record] | _Decision | None:
+    ) -> tuple[Txn, int, Record] | TickDecision | None:
         """``_handle_due``, with one transaction's failure contained to that transaction."""
         try:
             return self._handle_due(due, now_ms)
@@ -413,16 +402,16 @@ class Transactions:
                 self.book.reschedule(due.txn, now_ms + self.book.check_interval_ms)
             return None
 
-    def _handle_due(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | _Decision | None:
+    def _handle_due(self, due: Due, now_ms: int) -> tuple[Txn, int, Record] | TickDecision | None:
         """Resolve or spend a check for one due transaction; returns the spent check, or the
         decision to append (``_decide_all``)."""
         txn = due.txn
         if due.give_up:
-            return _Decision(txn, False, DecisionSource.MAX_CHECKS)
+            return TickDecision(txn, False, DecisionSource.MAX_CHECKS)
         half = self._half(txn)
         outcome = self._run_resolvers(txn, half)
         if outcome is not None:
-            return _Decision(txn, outcome is Outcome.COMMITTED, DecisionSource.CHECK_BACK)
+            return TickDecision(txn, outcome is Outcome.COMMITTED, DecisionSource.CHECK_BACK)
         with self._lock:
             number = self.book.spend_check(txn, now_ms)
             if number == 0:
@@ -468,85 +457,6 @@ class Transactions:
 
     def _claimed(self, half: Record) -> bool:
         return any(r.claims(half) for r in self._claiming)
-
-    # --- Operator view and metrics. ------------------------------------------------------------
-
-    def pending(self) -> list[Txn]:
-        """Copies of the pending transactions, oldest first."""
-        with self._lock:
-            txns = [dataclasses.replace(t) for t in self.book.pending.values()]
-        return sorted(txns, key=lambda t: (t.prepared_at_ms, t.half_offset))
-
-    def listing(self, *, dead: bool, after_offset: int, count: int) -> list[dict[str, object]]:
-        """Up to ``count`` pending (or dead) transactions whose half record is after
-        ``after_offset``, in log order, as ``show`` describes them: one page of TxnList."""
-        with self._lock:
-            table = self.book.dead if dead else self.book.pending
-            later = (t for t in table.values() if t.half_offset > after_offset)
-            page = heapq.nsmallest(count, later, key=lambda t: t.half_offset)
-            return [
-                describe(t.transaction_id, t, self.book.outcomes.get(t.transaction_id))
-                for t in page
-            ]
-
-    def dead(self) -> list[Txn]:
-        """Copies of the dead (max-checks rolled back, operator may resolve) transactions."""
-        with self._lock:
-            return [dataclasses.replace(t) for t in self.book.dead.values()]
-
-    def topic_of(self, transaction_id: str) -> str | None:
-        """The real topic of a pending or dead transaction (None when not tracked): what the
-        broker's ACL checks a decision against, whatever topic the request names."""
-        with self._lock:
-            txn = self.book.pending.get(transaction_id) or self.book.dead.get(transaction_id)
-            return None if txn is None else txn.topic
-
-    def show(self, transaction_id: str) -> dict[str, object]:
-        """Everything known about one transaction, JSON-ready.
-
-        Raises:
-            InvalidTransactionIdError: unknown or expired.
-        """
-        with self._lock:
-            txn = self.book.pending.get(transaction_id) or self.book.dead.get(transaction_id)
-            decided = self.book.outcomes.get(transaction_id)
-            if txn is None and decided is None:
-                raise InvalidTransactionIdError(transaction_id, "unknown or expired transaction")
-            return describe(transaction_id, txn, decided)
-
-    @property
-    def oldest_pending_offset(self) -> int:
-        """Lowest log offset a pending transaction still needs (its half record, or where an
-        operation in flight started); the log end when there is none. Retention must keep every
-        segment from here on. Dead transactions do not pin the log: once retention deleted a
-        dead half, an operator can still roll it back but no longer commit it."""
-        with self._lock:
-            offsets = [t.half_offset for t in self.book.pending.values()]
-            offsets.extend(self._ops.values())
-        return min(offsets, default=self.store.log_end_offset)
-
-    def oldest_pending_age_ms(self) -> int:
-        with self._lock:
-            oldest = self.book.oldest_pending()
-        return 0 if oldest is None else max(0, self.now_ms() - oldest.prepared_at_ms)
-
-    @property
-    def metrics(self) -> TxnMetrics:
-        age = self.oldest_pending_age_ms()
-        with self._lock:
-            by_source: dict[str, int] = {}
-            for key, n in self._outcomes.items():
-                source = key.split(":", 1)[0]
-                by_source[source] = by_source.get(source, 0) + n
-            return TxnMetrics(
-                pending=len(self.book.pending),
-                dead=len(self.book.dead),
-                oldest_pending_age_ms=age,
-                checks_sent=self._checks_sent,
-                check_errors=self._check_errors,
-                outcomes_by_source=by_source,
-                outcomes=dict(self._outcomes),
-            )
 
     # --- Snapshot and recovery. ----------------------------------------------------------------
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard
 
-from txmq.model import Outcome, Record
+from txmq.model import DecisionSource, Outcome, Record
+from txmq.txn.book import Txn
 
 
 class ClaimingResolver(Protocol):
@@ -74,3 +75,12 @@ def live_predicate(live_groups: LiveGroups) -> Callable[[str], bool]:
         mapping = live_groups
         return lambda group: bool(mapping.get(group))
     return live_groups
+
+
+@dataclass(frozen=True)
+class TickDecision:
+    """A decision a check-back tick makes itself (a resolver's answer, a max-checks rollback)."""
+
+    txn: Txn
+    commit: bool
+    source: DecisionSource
