@@ -10,6 +10,9 @@ floor, and their ratio (goal: <= 1.3):
 - transactional: begin, send the half message, commit (SendMessage + EndTransaction), then the
   consumer's receive and ack;
 - plain: one 1 KiB normal message sent, received and acked.
+The floor runs twice: driven like txmq (as fast as the clients go), and paced to the rate txmq
+reached, because at a lower rate fewer calls share each wake-up and every call costs more; the
+second ratio compares the work per message at the same load.
 It also prints the single producer's send+commit p50/p99 (goal p99 <= 10 ms), the transaction
 start -> consumer receipt latency, the producing and consuming processes' CPU, and two rate
 ceilings: a bare grpc.aio echo (sync client threads, and an asyncio client like the official
@@ -70,14 +73,22 @@ def start(cmd: list[str], src: str = str(ROOT / "src")) -> tuple[subprocess.Pope
     return proc, line.strip().rsplit(" ", 1)[1]
 
 
-def run_threads(threads: int, seconds: float, op: Callable[[int, int], object]) -> int:
+def run_threads(
+    threads: int, seconds: float, op: Callable[[int, int], object], rate: float | None = None
+) -> int:
     """Call ``op(thread, n)`` from ``threads`` threads until ``seconds`` pass (at most
-    OPS_PER_THREAD_MAX each); returns the number of calls made."""
+    OPS_PER_THREAD_MAX each), at most ``rate`` calls/s in all when given; returns the number
+    of calls made."""
     counts = [0] * threads
-    stop = time.perf_counter() + seconds
+    start = time.perf_counter()
+    stop = start + seconds
+    interval = threads / rate if rate else 0.0
 
     def worker(k: int) -> None:
         while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
+            wait = start + counts[k] * interval - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)  # pacing: this thread's share of ``rate``
             op(k, counts[k])
             counts[k] += 1
 
@@ -207,10 +218,18 @@ def sender(endpoints: str, topic: str, transactional: bool) -> tuple[Any, Callab
 
 
 def phase(
-    endpoints: str, server_pid: int, threads: int, seconds: float, *, transactional: bool
+    endpoints: str,
+    server_pid: int,
+    threads: int,
+    seconds: float,
+    *,
+    transactional: bool,
+    rate: float | None = None,
 ) -> Phase:
-    """Producer threads and a consumer process against one server; see the module docstring."""
-    topic = f"bench-{'txn' if transactional else 'plain'}-{threads}"
+    """Producer threads and a consumer process against one server, at most ``rate`` sends/s
+    when given; see the module docstring."""
+    paced = "-paced" if rate else ""
+    topic = f"bench-{'txn' if transactional else 'plain'}-{threads}{paced}"
     ctx = mp.get_context("spawn")  # gRPC does not survive fork
     ready, stop, count, out = ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue()
     reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, count, out))
@@ -231,7 +250,7 @@ def phase(
     assert reader.pid is not None
     cpu0 = (tree_cpu_seconds(server_pid), time.process_time(), tree_cpu_seconds(reader.pid))
     t0 = time.perf_counter()
-    sent = run_threads(threads, seconds, produce)
+    sent = run_threads(threads, seconds, produce, rate)
     rate = sent / (time.perf_counter() - t0)
     drain_end = time.monotonic() + DRAIN_S_MAX
     while count.value < sent and time.monotonic() < drain_end:
@@ -256,14 +275,14 @@ def phase(
 
 def report(threads: int, echo: tuple[float, float], runs: dict[str, list[Phase]]) -> str:
     """The lines printed for one thread count: ``runs`` maps a workload to its phases (txmq,
-    the floor, and the baseline broker when there is one)."""
+    the floor, the floor paced to txmq's rate, and the baseline broker when there is one)."""
     echo_sync, echo_aio = echo
     lines = [
         f"{threads:2d} threads: grpc.aio echo {echo_sync:6.0f} calls/s, through an asyncio "
         f"client like the official one's {echo_aio:6.0f} calls/s"
     ]
     if "transactional" in runs:
-        t, ft, *base = runs["transactional"]
+        t, ft, fpaced, *base = runs["transactional"]
         lines += [
             f"  transactional: txmq {t.rate:6.0f} txn/s (= {2 * t.rate:6.0f} calls/s, "
             f"{200 * t.rate / echo_sync:3.0f}% of echo), floor {ft.rate:6.0f} txn/s "
@@ -274,18 +293,29 @@ def report(threads: int, echo: tuple[float, float], runs: dict[str, list[Phase]]
             f"    CPU per transaction: broker {t.server_ms:.3f} ms, floor {ft.server_ms:.3f} ms, "
             f"ratio {t.server_ms / max(ft.server_ms, 1e-9):.2f} (goal <= 1.3) | producer "
             f"process {t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms",
+            _paced_line(t, fpaced),
             *(_baseline_line(t, ft, b) for b in base),
         ]
     if "plain" in runs:
-        p, fp, *base = runs["plain"]
+        p, fp, fpaced, *base = runs["plain"]
         lines += [
             f"  plain 1 KiB (send, receive, ack): txmq {p.rate:6.0f} msg/s, floor "
             f"{fp.rate:6.0f} msg/s | send p50 {p.send_p50_ms:.1f} ms p99 {p.send_p99_ms:.1f} ms",
             f"    CPU per plain message: broker {p.server_ms:.3f} ms, floor {fp.server_ms:.3f} "
             f"ms, ratio {p.server_ms / max(fp.server_ms, 1e-9):.2f}",
+            _paced_line(p, fpaced),
             *(_baseline_line(p, fp, b) for b in base),
         ]
     return "\n".join(lines)
+
+
+def _paced_line(this: Phase, paced: Phase) -> str:
+    """The floor driven at txmq's own rate: at a lower rate fewer calls share a wake-up, so
+    each costs more; this isolates the work per message from the load level."""
+    return (
+        f"    floor paced to txmq's rate ({paced.rate:6.0f}/s): CPU {paced.server_ms:.3f} ms, "
+        f"ratio {this.server_ms / max(paced.server_ms, 1e-9):.2f}"
+    )
 
 
 def _baseline_line(this: Phase, floor: Phase, base: Phase) -> str:
@@ -332,13 +362,21 @@ def main() -> None:
                     echo_rate(echo_endpoint, n, args.seconds),
                     echo_rate_aio_client(echo_endpoint, n, args.seconds),
                 )
-                runs = {
-                    kind: [
-                        phase(ep, pid, n, args.seconds, transactional=kind == "transactional")
-                        for ep, pid in targets
-                    ]
-                    for kind in args.workloads.split(",")
-                }
+                runs: dict[str, list[Phase]] = {k: [] for k in args.workloads.split(",")}
+                for kind, done in runs.items():
+                    txn = kind == "transactional"
+                    for ep, pid in targets:
+                        done.append(phase(ep, pid, n, args.seconds, transactional=txn))
+                    # The floor again, at the rate txmq reached (see _paced_line).
+                    paced = phase(
+                        stub_endpoint,
+                        stub.pid,
+                        n,
+                        args.seconds,
+                        transactional=txn,
+                        rate=done[0].rate,
+                    )
+                    done.insert(2, paced)
                 print(report(n, rates, runs), flush=True)
         finally:
             for server in servers:

@@ -55,8 +55,9 @@ def test_bench_broker_runs_every_baseline(tmp_path: Path) -> None:
         "CPU per plain message: broker",
     ):
         assert figure in out, out
-    # Both workloads reached the consumer and got a floor to compare with.
-    assert out.count("ratio ") == 2, out
+    # Both workloads reached the consumer and got a floor, driven alike and paced, to compare.
+    assert out.count("ratio ") == 4, out
+    assert out.count("floor paced to txmq's rate") == 2, out
     assert " 0 receipts" not in out, out
 
 
