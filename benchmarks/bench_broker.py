@@ -61,7 +61,9 @@ KEY_BYTES = 24
 def start(cmd: list[str], src: str = str(ROOT / "src")) -> tuple[subprocess.Popen[str], str]:
     """Start a server process (importing txmq from ``src``) and read its "listening on
     HOST:PORT" line."""
-    env = dict(os.environ, PYTHONPATH=src)
+    # Benchmarks send to topics they never create: turn on auto-creation (off by default), by
+    # environment so that a baseline broker from an older tree takes it too.
+    env = dict(os.environ, PYTHONPATH=src, TXMQ_AUTO_CREATE_TOPICS="true")
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )

@@ -77,7 +77,10 @@ JSON_SCHEMA = (
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0"],
+        [
+            *[sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0"],
+            "--auto-create-topics",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -46,6 +46,7 @@ def start(work: Path) -> Running:
         str(work / "data"),
         "--port",
         "0",
+        "--auto-create-topics",
         "--flush-mode",
         FLUSH_MODE,
     ]

@@ -33,6 +33,10 @@ BORN_HOST_LENGTH_MAX: Final = 255
 # and Java's Instant-based clients expect; in microseconds it still fits an int64.
 BORN_TIMESTAMP_MS_MAX: Final = 253_402_300_799_999
 QUEUES_PER_TOPIC_MAX: Final = 256
+# Topics one broker keeps: each costs a registry row, and each of its queues a consume-queue
+# directory and a delivery book per group; with auto-creation on, a caller naming topics must
+# not grow them without end. (Consumer groups are bounded by CONSUMER_QUEUES_MAX positions.)
+TOPICS_MAX: Final = 10_000
 
 # --- Commit log. ----------------------------------------------------------------------------------
 SEGMENT_SIZE_DEFAULT: Final = 1 * GiB

@@ -80,6 +80,9 @@ class BrokerProcess:
             str(self.data_dir),
             "--port",
             str(self.port),
+            # Test brokers create topics on first use (off by default); a test of the default
+            # passes --no-auto-create-topics, which wins as the later flag.
+            "--auto-create-topics",
             *self.args,
         ]
         with self.log_path.open("a") as log:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
@@ -113,3 +114,46 @@ def test_never_read_streams_keep_rss_bounded_and_the_broker_serving(tmp_path: Pa
         channel.close()
         assert b.stop() == 0, b.log_tail()
     assert os.path.exists(b.data_dir)
+
+
+@pytest.mark.slow
+def test_rss_stays_flat_over_rounds_of_abandoned_streams(tmp_path: Path) -> None:
+    """Soak: 8 rounds of 12 never-read streams, each round cancelled; RSS after each round
+    stays under the bound and does not grow round over round (nothing leaks per stream)."""
+    b = BrokerProcess(tmp_path / "broker")
+    b.start()
+    ok("topic", "create", "big", "--queues", "1", "--endpoints", b.endpoints)
+    assert b.stop() == 0
+    store = Store.open(b.data_dir / "store", now_ms=lambda: time.time_ns() // 1_000_000)
+    for i in range(MESSAGES):
+        store.append(
+            RecordDraft(topic="big", queue_id=0, body=bytes([i]) * BODY, message_id=f"m{i}")
+        )
+    store.close()
+    b.start()
+    assert b.proc is not None
+    channel = grpc.insecure_channel(
+        b.endpoints, options=[("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX)]
+    )
+    stub = sg.MessagingServiceStub(channel)
+    after_round: list[int] = []
+    try:
+        for round_ in range(8):
+            before = received(b.endpoints)
+            streams = [
+                stub.ReceiveMessage(receive_request(f"r{round_}g{n}"), metadata=META, timeout=120)
+                for n in range(STREAMS)
+            ]
+            for s in streams:
+                s.initial_metadata()
+            target = before + STREAMS
+            wait_until(lambda t=target: received(b.endpoints) >= t, 60, "streams served")
+            for s in streams:
+                s.cancel()
+            after_round.append(proc_kib(b.proc.pid, "VmRSS"))
+        print("RSS after each round (MiB):", [kib // 1024 for kib in after_round])
+        assert max(after_round) < RSS_MAX_KIB
+        assert max(after_round[2:]) - min(after_round[2:]) < 96 * 1024, "RSS grows per round"
+    finally:
+        channel.close()
+        assert b.stop() == 0, b.log_tail()

@@ -42,8 +42,10 @@ from txmq.errors import (
     CODE_BAD_REQUEST,
     CODE_INTERNAL_ERROR,
     BadRequestError,
+    DiskFullError,
     MessageNotFoundError,
     TxmqError,
+    is_disk_full,
 )
 from txmq.model import Record
 
@@ -167,6 +169,8 @@ class AdminMethods:
 
 def refusal(exc: Exception, method: str) -> dict[str, Any]:
     """The ``{"ok": false, ...}`` answer of a txmq-service method that raised ``exc``."""
+    if isinstance(exc, OSError) and is_disk_full(exc):
+        exc = DiskFullError(str(exc))  # a state file did not fit: the log's refusal
     if isinstance(exc, TxmqError):
         return {"ok": False, "code": exc.code, "error": str(exc)}
     if isinstance(exc, (KeyError, ValueError, TypeError)):

@@ -23,7 +23,6 @@ from typing import Any
 
 import grpc
 import uvloop
-from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits, malloc
 from txmq.broker import cluster_file
@@ -34,6 +33,7 @@ from txmq.broker.cluster_file import ClusterFile, Member
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.data import add_data
+from txmq.broker.decode import add_messaging_service
 from txmq.broker.edge import AuthInterceptor
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
@@ -192,7 +192,7 @@ def _add_services(
         consume=consume,
         membership=membership,
     )
-    sg.add_MessagingServiceServicer_to_server(servicer, server)
+    add_messaging_service(servicer, server)
     add_admin(server, parts, servicer)
     add_data(server, parts, servicer)
     return consume, servicer

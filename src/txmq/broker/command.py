@@ -77,6 +77,11 @@ _D = BrokerConfig(data_dir=Path("data"))
     help=f"Durability ({_D.store.flush_mode.value}).",
 )
 @click.option(
+    "--auto-create-topics/--no-auto-create-topics",
+    default=None,
+    help="Create an unknown topic on first use (off by default: use `txmq topic create`).",
+)
+@click.option(
     "--acl-file",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Users and rights (TOML, mode 600); without it the broker is open. SIGHUP reloads.",

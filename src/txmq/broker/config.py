@@ -26,7 +26,9 @@ class BrokerConfig:
     # The metrics page has no authentication: it stays on this machine unless set otherwise,
     # whatever ``host`` the gRPC port binds (docs/security.md).
     metrics_host: str = "127.0.0.1"
-    auto_create_topics: bool = True
+    # Off, as RocketMQ's autoCreateTopicEnable in production: any caller could otherwise create
+    # topics (and their files) just by naming them.
+    auto_create_topics: bool = False
     default_queue_count: int = 4
     store: StoreConfig = field(default_factory=StoreConfig)
     # Transactions (RocketMQ defaults: 6 s, 30 s, 15).

@@ -36,6 +36,7 @@ from txmq.broker.delivery import (
 from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
 from txmq.model import PROP_MESSAGE_GROUP, Record
+from txmq.protocol.mapping import validate_group
 from txmq.store.disk import Disk, OsDisk
 from txmq.store.store import Store
 
@@ -135,6 +136,7 @@ class ConsumerPositions:
     def _open(self, key: QueueKey) -> None:
         lo = self.store.queue_offsets(key.topic, key.queue_id)[0]
         if key not in self.book.books:
+            validate_group(key.group)
             if len(self.book.books) >= limits.CONSUMER_QUEUES_MAX:
                 raise TooManyRequestsError(
                     f"too many (group, topic, queue) positions: {limits.CONSUMER_QUEUES_MAX}"

@@ -29,7 +29,7 @@ from txmq.broker.topics import TopicRegistry
 from txmq.errors import ConfigError
 from txmq.store.store import Store
 from txmq.txn.coordinator import Resolver, Transactions
-from txmq.txn.ledger import SinkLedger
+from txmq.txn.ledger import LEDGER_TOPIC, SinkLedger
 
 LOCK_FILE = "broker.lock"
 
@@ -99,6 +99,9 @@ class Parts:
             self.disk,
             auto_create=config.auto_create_topics,
             default_queues=config.default_queue_count,
+            # The Spark sink's ledger belongs to the broker (its check-back reads it): created
+            # on first use whether or not other topics are.
+            implicit=frozenset({LEDGER_TOPIC}),
         )
         self.tx = Transactions(
             self.store,

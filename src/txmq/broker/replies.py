@@ -22,6 +22,9 @@ def client_id(context: Any) -> str:
 
 
 def fail(exc: BaseException) -> Any:
+    if isinstance(exc, OSError) and errors.is_disk_full(exc):
+        # A state file (topics, positions, snapshot) did not fit: the same refusal as the log's.
+        exc = errors.DiskFullError(str(exc))
     if isinstance(exc, TxmqError):
         return mapping.error_status(exc)
     log.exception("unexpected error in a handler", exc_info=exc)

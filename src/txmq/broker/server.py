@@ -124,7 +124,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
                 raise ClientIdRequiredError("x-mq-client-id metadata is required")
             session = self.clients.touch(cid, self.now_ms())
             if request.group.name:
-                session.groups.add(request.group.name)
+                session.groups.add(mapping.validate_group(request.group.name))
             session.client_type = int(request.client_type)
             return sv.HeartbeatResponse(status=mapping.status())
 
@@ -163,7 +163,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         if telemetry.is_publisher(settings):
             session.topics.update(r.name for r in settings.publishing.topics)
         if settings.subscription.group.name:
-            group = settings.subscription.group.name
+            group = mapping.validate_group(settings.subscription.group.name)
             session.groups.add(group)
             topics = {e.topic.name for e in settings.subscription.subscriptions}
             self.clients.note_subscriptions(session, group, topics)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txmq import limits
-from txmq.errors import BadRequestError, TopicNotFoundError
+from txmq.errors import BadRequestError, ConfigError, TooManyRequestsError, TopicNotFoundError
 from txmq.model import MessageType
 from txmq.protocol.mapping import validate_topic
 from txmq.store.disk import Disk
@@ -30,19 +30,45 @@ class TopicInfo:
     accepts_all: bool = False
 
 
+def _load(path: Path, raw: bytes) -> list[TopicInfo]:
+    """The registry file's topics.
+
+    Raises:
+        ConfigError: the file is not a registry this broker wrote (one line, no traceback:
+            an operator restores it from a backup or removes it and recreates the topics).
+    """
+    try:
+        rows = json.loads(raw)
+        if not isinstance(rows, list):
+            raise ValueError("not a list of topics")
+        return [
+            TopicInfo(str(r["name"]), int(r["queues"]), MessageType(r["type"]), bool(r.get("all")))
+            for r in rows
+        ]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not a valid topic registry ({exc})") from exc
+
+
 class TopicRegistry:
-    def __init__(self, path: Path, disk: Disk, *, auto_create: bool, default_queues: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        disk: Disk,
+        *,
+        auto_create: bool,
+        default_queues: int,
+        implicit: frozenset[str] = frozenset(),
+    ) -> None:
         self.path = path
         self.disk = disk
         self.auto_create = auto_create
+        # Topics the broker itself needs: created on first use even when auto_create is off.
+        self.implicit = implicit
         self.default_queues = default_queues
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
         if disk.exists(path):
-            for raw in json.loads(disk.read_all(path)):
-                info = TopicInfo(
-                    raw["name"], int(raw["queues"]), MessageType(raw["type"]), raw.get("all", False)
-                )
+            for info in _load(path, disk.read_all(path)):
                 self._topics[info.name] = info
 
     def _save(self) -> None:
@@ -71,7 +97,7 @@ class TopicRegistry:
         info = self._topics.get(name)
         if info is not None:
             return info
-        if not self.auto_create:
+        if not self.auto_create and name not in self.implicit:
             raise TopicNotFoundError(name)
         return self.create(name, self.default_queues, message_type, exist_ok=True, accepts_all=True)
 
@@ -93,6 +119,8 @@ class TopicRegistry:
                 if exist_ok:
                     return existing
                 raise BadRequestError(f"topic {name!r} already exists")
+            if len(self._topics) >= limits.TOPICS_MAX:
+                raise TooManyRequestsError(f"this broker already has {limits.TOPICS_MAX} topics")
             info = TopicInfo(name, queue_count, message_type, accepts_all)
             self._topics[name] = info
             self._save()

@@ -18,6 +18,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from txmq import limits
 from txmq.errors import (
     CODE_OK,
+    IllegalConsumerGroupError,
     IllegalDeliveryTimeError,
     IllegalKeyError,
     IllegalMessageGroupError,
@@ -38,7 +39,8 @@ from txmq.model import (
     is_system_topic,
 )
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Names are matched whole (``fullmatch``): ``$`` would also match before a trailing newline.
+_NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 WIRE_TYPES: Mapping[MessageType, int] = {
     MessageType.NORMAL: pb.NORMAL,
@@ -85,13 +87,27 @@ def set_duration(d: Any, ms: int) -> None:
 
 
 def validate_topic(name: str, *, allow_system: bool = False) -> str:
-    if not name or len(name) > limits.TOPIC_NAME_LENGTH_MAX or not _TOPIC_RE.match(name):
+    if not name or len(name) > limits.TOPIC_NAME_LENGTH_MAX or not _NAME_RE.fullmatch(name):
         raise IllegalTopicError(
             f"illegal topic name {name!r}: use 1..{limits.TOPIC_NAME_LENGTH_MAX} of "
             "letters, digits, '_', '-', '%', '|'"
         )
     if is_system_topic(name) and not allow_system:
         raise IllegalTopicError(f"topic {name!r} is reserved for the broker")
+    return name
+
+
+def validate_group(name: str) -> str:
+    """A consumer group name: 1..GROUP_NAME_LENGTH_MAX of the characters topic names use.
+
+    Raises:
+        IllegalConsumerGroupError: empty, too long or with other characters.
+    """
+    if not name or len(name) > limits.GROUP_NAME_LENGTH_MAX or not _NAME_RE.fullmatch(name):
+        raise IllegalConsumerGroupError(
+            f"illegal consumer group {name[:64]!r}: use 1..{limits.GROUP_NAME_LENGTH_MAX} of "
+            "letters, digits, '_', '-', '%', '|'"
+        )
     return name
 
 

@@ -89,7 +89,9 @@ class CommitLog:
             if not is_segment_name(name):
                 continue  # Temporary or foreign files are not segments.
             handle = disk.open(directory / name)
-            self.segments.append(Segment(int(name), handle, min(handle.size(), segment_size)))
+            used = min(handle.size(), segment_size)
+            # Written bytes hold their blocks; what lies past them is reserved again on demand.
+            self.segments.append(Segment(int(name), handle, used, reserved=used))
         self.segments.sort(key=lambda s: s.start)
         for prev, seg in zip(self.segments, self.segments[1:], strict=False):
             if prev.start + segment_size != seg.start:
@@ -143,16 +145,25 @@ class CommitLog:
         """
         if end <= seg.reserved:
             return
-        target = min(self.segment_size, max(end, seg.used + limits.SEGMENT_RESERVE_AHEAD_BYTES))
+        ahead = min(self.segment_size, max(end, seg.used + limits.SEGMENT_RESERVE_AHEAD_BYTES))
+        try:
+            supported = self._allocate(seg, ahead)
+        except DiskFullError:
+            if ahead == end:
+                raise
+            supported = self._allocate(seg, end)  # near full: only what this write needs
+            ahead = end
+        # Without fallocate nothing is reserved: ``_put`` then undoes a write cut short.
+        seg.reserved = ahead if supported else seg.used
+
+    def _allocate(self, seg: Segment, target: int) -> bool:
         self.before_growth(target - seg.reserved)
         try:
-            supported = seg.handle.allocate(seg.reserved, target - seg.reserved)
+            return seg.handle.allocate(seg.reserved, target - seg.reserved)
         except OSError as exc:
             if is_disk_full(exc):
                 raise DiskFullError(f"cannot reserve log space: {exc}") from exc
             raise
-        # Without fallocate nothing is reserved: ``_put`` then undoes a write cut short.
-        seg.reserved = target if supported else 0
 
     def _put(self, seg: Segment, data: bytes) -> None:
         """pwrite ``data`` at ``seg.used``. A write the disk cut short is truncated away, so a
@@ -166,7 +177,7 @@ class CommitLog:
             seg.handle.pwrite(data, seg.used)
         except OSError as exc:
             seg.handle.truncate(seg.used)  # if this fails too, the OSError fences the store
-            seg.reserved = 0  # truncating drops blocks reserved past the size (Linux)
+            seg.reserved = seg.used  # truncating drops blocks reserved past the size (Linux)
             if is_disk_full(exc):
                 raise DiskFullError(f"log write did not fit: {exc}") from exc
             raise
@@ -421,7 +432,7 @@ class CommitLog:
         invariant(seg.start <= offset <= seg.start + self.segment_size, "truncate out of range")
         seg.handle.truncate(offset - seg.start)
         seg.used = offset - seg.start
-        seg.reserved = 0  # truncating drops the reservation; the next reserve() redoes it
+        seg.reserved = seg.used  # truncating drops the reservation; the next reserve() redoes it
         seg.handle.sync()
 
     def delete_oldest(self) -> int:

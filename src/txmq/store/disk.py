@@ -129,7 +129,13 @@ class OsDisk:
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except OSError:
+            # ENOSPC (or worse) part-way: the old file is untouched; the partial copy must not
+            # keep holding space on a full disk.
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        else:
             os.close(fd)
         os.replace(tmp, path)
         sync_directory(path.parent)

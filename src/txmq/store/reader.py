@@ -79,11 +79,16 @@ class Reader:
             return at, cq.entries(at, count)
 
     def read_live(self, physical_offset: int) -> Record | None:
-        """Read a record a queue or the index points at; None if retention deleted it."""
+        """Read a record a queue or the index points at; None if retention deleted it. A
+        record that fails verification is read once more before the failure stands: a
+        transient read error must not make a reader skip a good record."""
         if physical_offset < self.log.start_offset:
             return None
         try:
-            return self.log.read(physical_offset)
+            try:
+                return self.log.read(physical_offset)
+            except CorruptRecordError:
+                return self.log.read(physical_offset)
         except OffsetNotFoundError:
             if physical_offset < self.log.start_offset:
                 return None  # Deleted by retention between the check and the read.
@@ -260,7 +265,7 @@ class Reader:
         damaged record to the next one that verifies."""
         out: list[Record] = []
         end = self.dispatcher.end
-        offset = from_offset
+        offset, retried = from_offset, -1
         while len(out) < max_count and offset < end:
             bad = None
             for rec, stop in self.log.scan_for_recovery(offset):
@@ -272,6 +277,9 @@ class Reader:
                 out.append(rec)
             if bad is None:
                 return out
+            if bad.offset != retried:  # read it once more: a read error may be transient
+                offset = retried = bad.offset
+                continue
             self.health.record_damaged(bad.offset, bad.bad_reason)
             after = self.log.valid_record_after(bad.offset)
             if after is None:

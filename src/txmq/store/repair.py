@@ -56,10 +56,9 @@ def walk(log: CommitLog, cursor: Cursor, end: int, health: Health, budget: int) 
             if item.kind == "record":
                 cursor.offset = item.offset + item.size
                 cursor.scanned += item.size
-                try:
-                    yield decode_entry(item.buf, item.pos, item.offset)
-                except CorruptRecordError as exc:
-                    health.record_damaged(item.offset, exc.reason)
+                entry = _entry_or_report(log, item.buf, item.pos, item.offset, item.size, health)
+                if entry is not None:
+                    yield entry
                 continue
             if item.kind == "blank":
                 inside = log.record_in_blank(seg, item.offset - seg.start)
@@ -75,6 +74,22 @@ def walk(log: CommitLog, cursor: Cursor, end: int, health: Health, budget: int) 
             else:  # "end": the log's end, or a segment that stops early
                 cursor.offset = nxt if nxt < end else end
             break
+
+
+def _entry_or_report(
+    log: CommitLog, buf: bytes, pos: int, offset: int, size: int, health: Health
+) -> Entry | None:
+    """The record's dispatch fields, or None with the damage reported; a record that fails is
+    read once more first, since a read error may be transient."""
+    try:
+        return decode_entry(buf, pos, offset)
+    except CorruptRecordError:
+        pass
+    try:
+        return decode_entry(log.read_raw(offset, size), 0, offset)
+    except CorruptRecordError as exc:
+        health.record_damaged(offset, exc.reason)
+        return None
 
 
 def rebuild_queue(log: CommitLog, dispatcher: Dispatcher, health: Health, key: QueueKey) -> int:

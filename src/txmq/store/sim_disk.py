@@ -91,7 +91,13 @@ class SimFile:
 
     def pread(self, size: int, offset: int) -> bytes:
         with self._disk.lock:
-            return bytes(self._node().data[offset : offset + size])
+            data = bytes(self._node().data[offset : offset + size])
+            if self._disk.flip_next_read and data and "commitlog" in self._path:
+                # A transient read error: this read returns one bit wrong, the disk is fine.
+                self._disk.flip_next_read = False
+                at = len(data) // 2
+                data = data[:at] + bytes([data[at] ^ 0x04]) + data[at + 1 :]
+            return data
 
     def sync(self) -> None:
         with self._disk.lock:
@@ -133,6 +139,8 @@ class SimDisk:
         # ENOSPC before changing anything; ``capacity`` models the partial write instead.
         self.fail_writes_after: int | None = None
         self.writes = 0
+        # The next pread of a commit-log file returns one flipped bit (a transient read error).
+        self.flip_next_read = False
         self.files: dict[str, _Node] = {}
         self.dirs: set[str] = set()
         self.epoch = 0
