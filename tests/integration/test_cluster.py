@@ -79,7 +79,7 @@ def create_topic(c: Cluster, name: str, **definition: object) -> None:
     created = call(c.brokers[0].endpoints, "TopicCreate", {"name": name, **definition})
     assert created["members"]["b0"] == "created"
     wait_until(
-        lambda: all(name in _definitions(b) for b in c.brokers), 15, f"topic {name} everywhere"
+        lambda: all(name in definitions(b) for b in c.brokers), 15, f"topic {name} everywhere"
     )
 
 
@@ -158,20 +158,20 @@ def test_topic_definitions_reach_a_member_that_was_down(cluster: Cluster) -> Non
     b2.stop()
     created = call(b0.endpoints, "TopicCreate", {"name": "late", "queues": 3})
     assert created["members"]["b2"].startswith("unreachable")
-    wait_until(lambda: "late" in _definitions(b1), 15, "the topic on the live peer")
+    wait_until(lambda: "late" in definitions(b1), 15, "the topic on the live peer")
     with pytest.raises(TxmqError, match="unreachable"):
         call(b1.endpoints, "TopicDelete", {"name": "late"})
-    assert _definitions(b0)["late"] == 3 and _definitions(b1)["late"] == 3
+    assert definitions(b0)["late"] == 3 and definitions(b1)["late"] == 3
     b2.start()  # imports what it missed from its peers at start
-    wait_until(lambda: _definitions(b2).get("late") == 3, 15, "the topic on the restarted member")
+    wait_until(lambda: definitions(b2).get("late") == 3, 15, "the topic on the restarted member")
     call(b2.endpoints, "TopicDelete", {"name": "late"})
-    assert all("late" not in _definitions(b) for b in cluster.brokers)
+    assert all("late" not in definitions(b) for b in cluster.brokers)
     # Probes keep running (every 2 s); a tombstone keeps the topic from coming back.
     time.sleep(4.5)  # sleep: two probe periods, to see that nothing happens (no event for that)
-    assert all("late" not in _definitions(b) for b in cluster.brokers)
+    assert all("late" not in definitions(b) for b in cluster.brokers)
 
 
-def _definitions(b: BrokerProcess) -> dict[str, int]:
+def definitions(b: BrokerProcess) -> dict[str, int]:
     return {t["name"]: t["queues"] for t in call(b.endpoints, "TopicDefinitions", {})["topics"]}
 
 

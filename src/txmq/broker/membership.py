@@ -59,6 +59,14 @@ def definition(info: TopicInfo) -> dict[str, Any]:
     }
 
 
+def same_topic(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal definitions, except that two auto-created topics (accepting every type) are the
+    same whatever type their first senders gave them on each member."""
+    if a["all"] and b["all"]:
+        return a["name"] == b["name"] and a["queues"] == b["queues"]
+    return a == b
+
+
 def define(topics: TopicRegistry, d: dict[str, Any]) -> str:
     """Create ``d`` here unless present; "created", "exists" or raise on a different definition.
 
@@ -73,7 +81,7 @@ def define(topics: TopicRegistry, d: dict[str, Any]) -> str:
         exist_ok=True,
         accepts_all=bool(d.get("all", False)),
     )
-    if definition(info) != {**d, "all": bool(d.get("all", False))}:
+    if not same_topic(definition(info), {**d, "all": bool(d.get("all", False))}):
         raise BadRequestError(
             f"topic {info.name!r} exists with another definition: {definition(info)}"
         )

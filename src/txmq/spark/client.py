@@ -124,6 +124,20 @@ def _queue(topic: str, queue_id: int) -> Any:
     return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
 
 
+def channel_target(endpoints: str) -> str:
+    """The gRPC target for ``H:P`` or the official clients' ``H:P1;H:P2`` (several brokers of
+    one cluster): IPv4 addresses become one ``ipv4:`` target that gRPC connects to the first
+    live one of, as the official client does; names cannot share a target, so the first is
+    used (any member answers for the cluster's members and topic definitions)."""
+    parts = [e.strip() for e in endpoints.split(";") if e.strip()]
+    if len(parts) <= 1:
+        return endpoints
+    hosts = [p.rpartition(":")[0] for p in parts]
+    if all(h.count(".") == 3 and h.replace(".", "").isdigit() for h in hosts):
+        return "ipv4:" + ",".join(parts)
+    return parts[0]
+
+
 class BrokerClient:
     """One gRPC channel to one broker. Use as a context manager; thread-safe.
 
@@ -143,7 +157,7 @@ class BrokerClient:
         self.security = security
         self.client_id = f"txmq-spark@{uuid.uuid4().hex[:16]}"
         self.channel = open_channel(
-            endpoints,
+            channel_target(endpoints),
             security,
             options=[
                 ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -351,6 +365,19 @@ class BrokerClient:
         raise_for_status(reply.status)
 
     # --- Admin channel: lookup by key. --------------------------------------------------------
+
+    def cluster_members(self) -> list[str]:
+        """The endpoint of every member of the cluster this broker belongs to, in cluster-file
+        order (a broker without a cluster file is a cluster of one)."""
+        rpc = self.channel.unary_unary(f"/{ADMIN_SERVICE}/ClusterInfo")
+        raw = self._retrying(
+            "ClusterInfo", lambda: rpc(b"{}", metadata=self.metadata(), timeout=self.timeout_s)
+        )
+        reply = json.loads(raw)
+        if not reply.get("ok"):
+            code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
+            raise errors.from_code(code, str(reply.get("error", "")))
+        return [str(m["endpoint"]) for m in reply["members"]]
 
     def find_by_key(self, topic: str, key: str, max_count: int) -> list[tuple[list[str], str]]:
         """(keys, body text) of the newest messages of ``topic`` with ``key``."""

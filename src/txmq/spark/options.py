@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from txmq import limits
 from txmq.errors import BadRequestError, ConfigError, TxmqError
 from txmq.protocol.client_security import ClientSecurity
 
 EARLIEST: Final = -2
 LATEST: Final = -1
-_ENDPOINT_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+_ENDPOINT = r"[A-Za-z0-9_.\-\[\]:]+:\d{1,5}"
+# One broker, or several of one cluster as the official clients take them: H:P1;H:P2.
+_ENDPOINT_RE = re.compile(rf"^{_ENDPOINT}(;{_ENDPOINT})*$")
 
 # Credentials and TLS (docs/security.md), for the source and the sink alike.
 SECURITY_OPTIONS: Final = frozenset({"accesskey", "secretkey", "tls", "cafile"})
@@ -81,7 +82,9 @@ def require(options: Mapping[str, str], key: str) -> str:
 def endpoints(options: Mapping[str, str]) -> str:
     value = require(options, "endpoints")
     if not _ENDPOINT_RE.match(value):
-        raise TxmqOptionError(f"option 'endpoints' must be HOST:PORT, got {value!r}")
+        raise TxmqOptionError(
+            f"option 'endpoints' must be HOST:PORT or HOST:P1;HOST:P2, got {value!r}"
+        )
     return value
 
 
@@ -200,8 +203,8 @@ def admit(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int) ->
     budget = max_rows
     waiting = sorted(q for q, b in backlog.items() if b > 0)
     # Each round either exhausts the budget or drains at least one queue: at most
-    # QUEUES_PER_TOPIC_MAX + 1 rounds.
-    for _ in range(limits.QUEUES_PER_TOPIC_MAX + 1):
+    # one round per queue (every broker's queues of the topic, on a cluster) plus one.
+    for _ in range(len(latest) + 1):
         if budget <= 0 or not waiting:
             break
         share, extra = divmod(budget, len(waiting))

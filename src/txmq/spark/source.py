@@ -6,11 +6,11 @@ streaming reader. The sink lives in txmq.spark.sink.
 
 Reads return only committed messages: they pull a topic's consume queues by queue offset with
 the broker's record pull (txmq.data.v1, docs/formats.md), and half or rolled-back messages never
-enter a consume queue. One input partition
-reads one queue's offset range. Offsets are JSON dicts ``{"<queue>": next offset}``; Spark writes
-each micro-batch's end offsets to its checkpoint before running it, and ``partitions(start,
-end)`` is a pure function of them, so a batch re-run after a crash reads exactly the same
-messages, and a file sink with a checkpoint gets exactly-once output.
+enter a consume queue. One input partition reads one queue's offset range; on a cluster, every
+queue of every broker (``Source``). Offsets are JSON dicts ``{"<queue>": next offset}``; Spark
+writes each micro-batch's end offsets to its checkpoint before running it, and
+``partitions(start, end)`` is a pure function of them, so a batch re-run after a crash reads
+exactly the same messages, and a file sink with a checkpoint gets exactly-once output.
 
 Must not: keep a connection on a reader (Spark pickles readers and partitions to executors; each
 ``read`` opens its own), or read past the end offsets it was given.
@@ -132,13 +132,22 @@ def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Pulled]:
 
 @dataclass(frozen=True)
 class Source:
-    """The parsed read options, shared by the batch and the streaming reader."""
+    """The parsed read options, shared by the batch and the streaming reader.
+
+    On a cluster the topic has ``per_broker`` queues on each of ``members`` (in cluster-file
+    order), and the read numbers them one after the other: queue ``i`` of the read is queue
+    ``i % per_broker`` of member ``i // per_broker``. Offsets in Spark's checkpoint are keyed by
+    that number, so one broker reads exactly as before, and a cluster's numbering is stable as
+    long as its cluster file keeps its members and their order.
+    """
 
     endpoints: str
     topic: str
     queues: int
     fail_on_data_loss: bool
     security: ClientSecurity = PLAINTEXT
+    members: tuple[str, ...] = ()
+    per_broker: int = 0
 
     @classmethod
     def open(cls, options: Mapping[str, str], schema: StructType | None) -> Source:
@@ -151,40 +160,81 @@ class Source:
         endpoints, topic = opt.endpoints(opts), opt.require(opts, "topic")
         security = opt.security(opts)
         with BrokerClient(endpoints, security=security) as broker:
-            queues = broker.queue_count(topic)
-        fail_on_data_loss = opt.boolean(opts, "failondataloss", True)
-        return cls(endpoints, topic, queues, fail_on_data_loss, security)
+            members = broker.cluster_members()
+        if len(members) == 1:
+            members = [endpoints]  # one broker: read at the address the user gave
+        counts = []
+        for m in members:
+            with BrokerClient(m, security=security) as member:
+                counts.append(member.queue_count(topic))
+        if len(set(counts)) != 1:
+            raise TxmqOptionError(
+                f"topic {topic!r} has different queue counts on the cluster's brokers "
+                f"({dict(zip(members, counts, strict=True))}): recreate it"
+            )
+        fail_on_loss = opt.boolean(opts, "failondataloss", True)
+        total = counts[0] * len(members)
+        return cls(endpoints, topic, total, fail_on_loss, security, tuple(members), counts[0])
 
-    def client(self) -> BrokerClient:
-        return BrokerClient(self.endpoints, security=self.security)
+    def client(self, endpoint: str) -> BrokerClient:
+        return BrokerClient(endpoint, security=self.security)
 
-    def resolve(self, broker: BrokerClient, values: list[int]) -> list[int]:
-        """Replace EARLIEST/LATEST markers by the queues' current offsets (one call)."""
+    def locate(self, queue: int) -> tuple[str, int]:
+        """(member endpoint, that member's queue id) of the read's queue number ``queue``."""
+        invariant(0 <= queue < self.queues, "a queue of the read")
+        return self.members[queue // self.per_broker], queue % self.per_broker
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """Every queue's (first retained, next to be written) offsets, member after member."""
+        out: list[tuple[int, int]] = []
+        for m in self.members:
+            with self.client(m) as broker:
+                got = broker.queue_ranges(self.topic)
+            if len(got) != self.per_broker:
+                raise RemoteProtocolError(
+                    f"topic {self.topic!r} now has {len(got)} queues on {m}; "
+                    f"the read planned {self.per_broker}"
+                )
+            out += got
+        return out
+
+    def offsets_at(self, timestamp_ms: int) -> list[int]:
+        """Each queue's first offset stored at or after ``timestamp_ms``, member after member."""
+        out: list[int] = []
+        for m in self.members:
+            with self.client(m) as broker:
+                out += broker.offsets(
+                    self.topic, self.per_broker, "timestamp", timestamp_ms=timestamp_ms
+                )
+        return out
+
+    def resolve(self, values: list[int]) -> list[int]:
+        """Replace EARLIEST/LATEST markers by the queues' current offsets."""
         if EARLIEST not in values and LATEST not in values:
             return list(values)
-        ranges = broker.queue_ranges(self.topic)
-        if len(ranges) != len(values):
-            raise RemoteProtocolError(
-                f"topic {self.topic!r} now has {len(ranges)} queues; the read planned {len(values)}"
-            )
+        ranges = self.ranges()
         return [
             lo if v == EARLIEST else hi if v == LATEST else v
             for v, (lo, hi) in zip(values, ranges, strict=True)
         ]
 
     def partitions(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[TxmqPartition]:
-        return [
-            TxmqPartition(
-                self.endpoints,
-                self.topic,
-                r.queue_id,
-                r.start,
-                r.end,
-                self.fail_on_data_loss,
-                self.security,
+        """One partition per queue with messages in range, on the member that owns it."""
+        out = []
+        for r in opt.ranges(start, end):
+            endpoint, queue_id = self.locate(r.queue_id)
+            out.append(
+                TxmqPartition(
+                    endpoint,
+                    self.topic,
+                    queue_id,
+                    r.start,
+                    r.end,
+                    self.fail_on_data_loss,
+                    self.security,
+                )
             )
-            for r in opt.ranges(start, end)
-        ]
+        return out
 
 
 def _schema() -> StructType:
@@ -220,16 +270,15 @@ class TxmqBatchReader(DataSourceReader):
         if by_time and ("startingoffsets" in opts or "endingoffsets" in opts):
             raise TxmqOptionError("set offsets or timestamps for a txmq read, not both")
         src, n = self.source, self.source.queues
-        with src.client() as broker:
-            if by_time:
-                start = self._at(broker, opt.positive_int(opts, "startingtimestamp"), EARLIEST)
-                end = self._at(broker, opt.positive_int(opts, "endingtimestamp"), LATEST)
-            else:
-                raw_start = opts.get("startingoffsets", "earliest")
-                raw_end = opts.get("endingoffsets", "latest")
-                start = src.resolve(broker, opt.parse_spec(raw_start, "startingOffsets", n, -2))
-                end = src.resolve(broker, opt.parse_spec(raw_end, "endingOffsets", n, -1))
-            latest = src.resolve(broker, [LATEST] * n)
+        if by_time:
+            start = self._at(opt.positive_int(opts, "startingtimestamp"), EARLIEST)
+            end = self._at(opt.positive_int(opts, "endingtimestamp"), LATEST)
+        else:
+            raw_start = opts.get("startingoffsets", "earliest")
+            raw_end = opts.get("endingoffsets", "latest")
+            start = src.resolve(opt.parse_spec(raw_start, "startingOffsets", n, -2))
+            end = src.resolve(opt.parse_spec(raw_end, "endingOffsets", n, -1))
+        latest = src.resolve([LATEST] * n)
         for q in range(n):
             if not start[q] <= end[q] <= latest[q]:
                 raise TxmqOptionError(
@@ -238,11 +287,11 @@ class TxmqBatchReader(DataSourceReader):
                 )
         self.start, self.end = dict(enumerate(start)), dict(enumerate(end))
 
-    def _at(self, broker: BrokerClient, timestamp_ms: int | None, default: int) -> list[int]:
+    def _at(self, timestamp_ms: int | None, default: int) -> list[int]:
         src = self.source
         if timestamp_ms is None:
-            return src.resolve(broker, [default] * src.queues)
-        return broker.offsets(src.topic, src.queues, "timestamp", timestamp_ms=timestamp_ms)
+            return src.resolve([default] * src.queues)
+        return src.offsets_at(timestamp_ms)
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.source.partitions(self.start, self.end)
@@ -278,12 +327,10 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.cap is not None:
             return dict(self.cap)
         src = self.source
-        with src.client() as broker:
-            return dict(enumerate(src.resolve(broker, [LATEST] * src.queues)))
+        return dict(enumerate(src.resolve([LATEST] * src.queues)))
 
     def initialOffset(self) -> dict[str, int]:
-        with self.source.client() as broker:
-            return opt.as_offsets(self.source.resolve(broker, self.starting))
+        return opt.as_offsets(self.source.resolve(self.starting))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.cap = None
