@@ -63,7 +63,7 @@ def same_topic(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal definitions, except that two auto-created topics (accepting every type) are the
     same whatever type their first senders gave them on each member."""
     if a["all"] and b["all"]:
-        return a["name"] == b["name"] and a["queues"] == b["queues"]
+        return bool(a["name"] == b["name"] and a["queues"] == b["queues"])
     return a == b
 
 
