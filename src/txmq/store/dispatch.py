@@ -21,6 +21,8 @@ from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.disk import Disk
 from txmq.store.index import MessageIndex, hashes_of
 
+CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
+
 
 class Dispatcher:
     def __init__(
@@ -123,6 +125,67 @@ class Dispatcher:
         self.disk.remove(self.index.path)
         self.index = MessageIndex(self.index.path.parent, self.disk)
         self.end = 0
+
+    # --- Queries: each takes ``lock`` itself; no caller reaches into queues or index. ------
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
+        """(queue, min offset, max offset) of a queue; (None, 0, 0) when unknown."""
+        with self.lock:
+            cq = self.queues.get((topic, queue_id))
+            return (cq, cq.min_offset, cq.max_offset) if cq else (None, 0, 0)
+
+    def entries(self, cq: ConsumeQueue, start: int, count: int) -> tuple[int, list[CqEntry]]:
+        """(where they start, up to ``count`` written entries): retention may have moved the
+        queue's start past ``start`` since the caller looked, and then they begin there."""
+        with self.lock:
+            at = max(start, cq.min_offset)
+            return at, cq.entries(at, count)
+
+    def written_entry(self, topic: str, queue_id: int, queue_offset: int) -> CqEntry | bool:
+        """The queue's written entry at ``queue_offset``; True when the offset is outside what
+        the queue holds (expired, or not yet written out), False when the queue is unknown."""
+        with self.lock:
+            cq = self.queues.get((topic, queue_id))
+            if cq is None:
+                return False
+            if not cq.min_offset <= queue_offset < cq.max_offset:
+                return True
+            got = cq.entries(queue_offset, 1)
+        return got[0] if got else False
+
+    def patch(self, cq: ConsumeQueue, found: dict[int, CqEntry]) -> int:
+        """``ConsumeQueue.patch`` under the lock; returns how many entries changed."""
+        with self.lock:
+            return cq.patch(found)
+
+    def candidates(self, key_hash: int, floor: int) -> list[int]:
+        """Physical offsets of indexed records whose key hash is ``key_hash``, from ``floor``."""
+        with self.lock:
+            return self.index.candidates(key_hash, floor=floor)
+
+    def compact_index(self, floor: int) -> None:
+        """Drop index entries below ``floor`` (retention's leftovers); at open, before any
+        reader."""
+        with self.lock:
+            self.index.compact(floor, self.disk)
+
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        with self.lock:
+            return {k: q.max_offset for k, q in self.queues.items()}
+
+    def drop_expired(self, log_start: int) -> None:
+        """Move each queue's min offset past entries whose records retention deleted (those
+        below ``log_start``)."""
+        with self.lock:
+            for cq in self.queues.values():
+                lo, hi = cq.min_offset, cq.max_offset
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if cq.entry(mid)[0] < log_start:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                cq.drop_before(lo)
 
     def topics(self) -> dict[str, int]:
         with self.lock:

@@ -65,18 +65,14 @@ class Reader:
         self._rebuild = rebuild
 
     def _queue(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
-        with self.dispatcher.lock:
-            cq = self.dispatcher.queues.get((topic, queue_id))
-            return (cq, cq.min_offset, cq.max_offset) if cq else (None, 0, 0)
+        return self.dispatcher.queue_range(topic, queue_id)
 
     def _entries(
         self, cq: ConsumeQueue, start: int, count: int
     ) -> tuple[int, list[tuple[int, int, int]]]:
         """(where they start, entries): retention may have moved the queue's start past
         ``start`` since the caller looked, and then the entries begin there."""
-        with self.dispatcher.lock:
-            at = max(start, cq.min_offset)
-            return at, cq.entries(at, count)
+        return self.dispatcher.entries(cq, start, count)
 
     def read_live(self, physical_offset: int) -> Record | None:
         """Read a record a queue or the index points at; None if retention deleted it. A
@@ -288,8 +284,7 @@ class Reader:
         return out
 
     def _candidates(self, h: int) -> list[int]:
-        with self.dispatcher.lock:
-            return self.dispatcher.index.candidates(h, floor=self.log.start_offset)
+        return self.dispatcher.candidates(h, self.log.start_offset)
 
     def _indexed(self, phys: int) -> Record | None:
         try:

@@ -97,18 +97,16 @@ def rebuild_queue(log: CommitLog, dispatcher: Dispatcher, health: Health, key: Q
 
     Entries for records dispatched while the walk ran come from verified writes and are kept.
     """
-    with dispatcher.lock:
-        cq = dispatcher.queues.get(key)
-        if cq is None:
-            return 0
-        end = dispatcher.end
+    cq = dispatcher.queue_range(*key)[0]
+    if cq is None:
+        return 0
+    end = dispatcher.end
     found: dict[int, CqEntry] = {}
     cursor = Cursor(log.start_offset)
     for e in walk(log, cursor, end, health, budget=1 << 62):
         if (e.topic, e.queue_id) == key and enters_queue(e.flag):
             found[e.queue_offset] = (e.physical_offset, e.size, tag_hash(e.tag))
-    with dispatcher.lock:
-        repaired = cq.patch(found)
+    repaired = dispatcher.patch(cq, found)
     health.record_rebuild(key[0], key[1], repaired)
     return repaired
 
@@ -126,8 +124,7 @@ class Scrubber:
 
     def step(self, budget: int = limits.SCRUB_BYTES_PER_STEP) -> list[QueueKey]:
         """Verify the next ``budget`` bytes; returns the queues it rebuilt."""
-        with self.dispatcher.lock:
-            end = self.dispatcher.end
+        end = self.dispatcher.end
         if self._cursor.offset >= end or self._cursor.offset < self.log.start_offset:
             if self._cursor.offset >= end and end > self.log.start_offset:
                 with self.health.lock:
@@ -146,11 +143,7 @@ class Scrubber:
         return sorted(wrong)
 
     def _entry_agrees(self, e: Entry) -> bool:
-        with self.dispatcher.lock:
-            cq = self.dispatcher.queues.get((e.topic, e.queue_id))
-            if cq is None:
-                return False
-            if not cq.min_offset <= e.queue_offset < cq.max_offset:
-                return True  # expired by retention, or not yet written out
-            got = cq.entries(e.queue_offset, 1)
-        return bool(got) and got[0] == (e.physical_offset, e.size, tag_hash(e.tag))
+        got = self.dispatcher.written_entry(e.topic, e.queue_id, e.queue_offset)
+        if isinstance(got, bool):
+            return got  # True: expired by retention, or not yet written out
+        return got == (e.physical_offset, e.size, tag_hash(e.tag))

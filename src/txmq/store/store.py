@@ -99,7 +99,7 @@ class Store:
         self._drop_expired_entries()
         # Retention leaves dead index entries behind; drop them here, where a checkpoint
         # follows at once.
-        self._dispatcher.index.compact(self.log.start_offset, disk)
+        self._dispatcher.compact_index(self.log.start_offset)
         self.health = Health()
         self._scrub_lock = threading.Lock()
         self._reader = Reader(self.log, self._dispatcher, self.health, self.rebuild_queue)
@@ -107,7 +107,7 @@ class Store:
         self._checkpoint_lock = threading.Lock()
         self._retention_lock = threading.Lock()
         self._checkpointed = -1
-        self._next_queue_offset = {k: q.max_offset for k, q in self._dispatcher.queues.items()}
+        self._next_queue_offset = self._dispatcher.next_queue_offsets()
         self._closed = False
         self._appends = 0
         self._disk_checked_ms = -_DISK_CHECK_MS
@@ -386,9 +386,8 @@ class Store:
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) of a queue; max is the next offset to be assigned. (0, 0) when unknown."""
-        with self._dispatcher.lock:
-            cq = self._dispatcher.queues.get((topic, queue_id))
-            return (cq.min_offset, cq.max_offset) if cq else (0, 0)
+        _cq, lo, hi = self._dispatcher.queue_range(topic, queue_id)
+        return lo, hi
 
     def read_queue(
         self,
@@ -484,14 +483,4 @@ class Store:
 
     def _drop_expired_entries(self) -> None:
         """Move each queue's min offset past entries whose records retention deleted."""
-        start = self.log.start_offset
-        with self._dispatcher.lock:
-            for cq in self._dispatcher.queues.values():
-                lo, hi = cq.min_offset, cq.max_offset
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if cq.entry(mid)[0] < start:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                cq.drop_before(lo)
+        self._dispatcher.drop_expired(self.log.start_offset)
