@@ -92,3 +92,9 @@ def test_bench_auth_compares_with_the_open_broker(tmp_path: Path) -> None:
     for method in ("QueryRoute", "SendMessage"):
         for mode in ("open", "acl", "acl+tls"):
             assert f"{method:<12} {mode:<8} broker CPU" in out, out
+
+
+def test_bench_cluster_reports_the_ratio_and_the_projection(tmp_path: Path) -> None:
+    args = ("--seconds", "0.3", "--threads", "1", "--rounds", "1")
+    out = run_bench("bench_cluster.py", *args, tmp=tmp_path)
+    assert "2 brokers / 1 broker" in out and "PROJECTION (not measured)" in out
