@@ -84,7 +84,8 @@ def in_process(calls: int) -> tuple[float, float]:
 
 
 def start_broker(data: Path, extra: list[str]) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    # It sends to topics it never creates: auto-creation on (off by default).
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TXMQ_AUTO_CREATE_TOPICS="true")
     cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data), "--port", "0", *extra]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
