@@ -77,6 +77,25 @@ class FaultModel(StoreModel):
         self.damaged.append(r)
         event("bit rot below the checkpoint")
 
+    @precondition(lambda self: self.durable)
+    @rule(pick=st.integers(0, 10**9), byte=st.integers(0, 11), mask=st.sampled_from([1, 0x40]))
+    def queue_rot(self, pick: int, byte: int, mask: int) -> None:
+        """A flipped bit in a consume-queue entry (its offset or size): readers must still get
+        exactly the queue's records, the queue rebuilt from the log."""
+        gone = {r.message_id for r in self.damaged}
+        cands = [r for r in self.durable if r.queued and r.message_id not in gone]
+        if not cands:
+            return
+        r = cands[pick % len(cands)]
+        per_file = SYNC.consume_queue_entries_per_file
+        base = r.queue_offset - r.queue_offset % per_file
+        path = ROOT / "consumequeue" / r.topic / str(r.queue_id) / segment_name(base)
+        if not self.disk.exists(path):
+            return
+        self.disk.flip(path, (r.queue_offset - base) * 20 + byte, mask)
+        event("consume-queue entry rot")
+        self.read_queue_skips_only_damage(r.topic, r.queue_id)
+
     @precondition(lambda self: self.n > 0)
     @rule()
     def flaky_read(self) -> None:
