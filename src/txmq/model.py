@@ -152,6 +152,28 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message a producer sent, as the send path takes it (mapped from the wire at the edge,
+    txmq.protocol.mapping): its draft (queue 0 until the send path picks one), its type, and
+    for a transactional message the check immunity it asked for."""
+
+    draft: RecordDraft
+    message_type: MessageType
+    check_immunity_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndRequest:
+    """A transaction decision (EndTransaction) as the send path takes it."""
+
+    topic: str
+    transaction_id: str
+    message_id: str
+    commit: bool
+    source: DecisionSource
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where the store put a record. Returned only once the record is as durable as the flush
     mode promises."""

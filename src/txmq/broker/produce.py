@@ -1,43 +1,47 @@
 """The send path: SendMessage and EndTransaction below the gRPC layer. Blocking.
 
-Owns: validating a wire message against its topic (name, tag, keys, properties, body size,
-message type vs topic type), choosing its queue (FIFO: a hash of the message group, so one group
-stays in one queue and in order; otherwise round robin), and storing it durably as a normal
-message, a delay message (held in the delay topic until due) or a transaction half message
-(through the coordinator). EndTransaction hands the decision to the coordinator, which makes it
-idempotent and refuses a contradicting one.
-Must not: speak gRPC streams, touch the event loop, or wake consumers (the server does, with
-what ``Sent``/``Decided`` return). ``send`` and ``end`` block on the store's fsync (run them in a
-thread); ``send_steps`` and ``end_steps`` are the same work as ``txn.steps`` generators, which
-the event loop drives without blocking (txmq.broker.durable) when ``needs_thread`` is false.
+Takes model values only (``Outgoing``, ``EndRequest``): the server maps the wire at the edge
+(txmq.protocol.mapping), h11's rule, so this path and its tests never see protobuf.
+Owns: checking a message against its topic (message type vs topic type), choosing its queue
+(FIFO: a hash of the message group, so one group stays in one queue and in order; otherwise
+round robin), and storing it durably as a normal message, a delay message (held in the delay
+topic until due) or a transaction half message (through the coordinator). EndTransaction hands
+the decision to the coordinator, which makes it idempotent and refuses a contradicting one.
+Must not: import protobuf or speak gRPC streams, touch the event loop, or wake consumers (the
+server does, with what ``Sent``/``Decided`` return). ``send`` and ``end`` block on the store's
+fsync (run them in a thread); ``send_steps`` and ``end_steps`` are the same work as
+``txn.steps`` generators, which the event loop drives without blocking (txmq.broker.durable)
+when ``needs_thread`` is false.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from txmq import limits
 from txmq.broker.delay import DelaySchedule, due_later
 from txmq.broker.metrics import Metrics
 from txmq.broker.topics import TopicInfo, TopicRegistry
 from txmq.errors import (
-    BadRequestError,
-    IllegalMessageIdError,
     InvalidTransactionIdError,
-    MessageBodyTooLargeError,
     MessageTypeConflictError,
     invariant,
 )
 from txmq.format.record import validate_draft
-from txmq.model import PROP_MESSAGE_GROUP, DecisionSource, MessageType, Outcome, RecordDraft
-from txmq.protocol import mapping
+from txmq.model import (
+    PROP_DELIVERY_TIMESTAMP_MS,
+    PROP_MESSAGE_GROUP,
+    EndRequest,
+    MessageType,
+    Outcome,
+    Outgoing,
+    RecordDraft,
+)
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions
 from txmq.txn.steps import Steps, run_blocking
@@ -128,45 +132,37 @@ class SendPath:
             )
 
     def validate(
-        self, msg: Any, *, peer: str, chosen: dict[str, int] | None = None
-    ) -> tuple[RecordDraft, MessageType, TopicInfo]:
-        """Check one wire message and build its draft for the chosen queue (``pick_queue``).
-        Raises typed errors and stores nothing when the message is refused."""
-        body_size = len(msg.body)
-        if body_size == 0:
-            raise BadRequestError("message body is empty")
-        if body_size > self.body_size_max:
-            raise MessageBodyTooLargeError(body_size, self.body_size_max)
-        message_id = msg.system_properties.message_id
-        if not message_id or len(message_id) > limits.MESSAGE_ID_LENGTH_MAX:
-            raise IllegalMessageIdError(
-                f"message_id must be 1..{limits.MESSAGE_ID_LENGTH_MAX} characters"
-            )
-        mtype = mapping.wire_message_type(msg)
-        draft = mapping.draft_from_wire(msg, queue_id=0, born_host=peer)
-        info = self.topics.ensure(draft.topic, mtype)
-        self.check_type(info, mtype)
-        return mapping.with_queue(draft, self.pick_queue(info, draft, chosen)), mtype, info
+        self, out: Outgoing, *, chosen: dict[str, int] | None = None
+    ) -> tuple[RecordDraft, TopicInfo]:
+        """Check one message against its topic and build its draft for the chosen queue
+        (``pick_queue``). Raises typed errors and stores nothing when the message is refused."""
+        info = self.topics.ensure(out.draft.topic, out.message_type)
+        self.check_type(info, out.message_type)
+        queue_id = self.pick_queue(info, out.draft, chosen)
+        return dataclasses.replace(out.draft, queue_id=queue_id), info
 
-    def send(self, msgs: Sequence[Any], *, client_id: str, peer: str) -> list[Sent | Exception]:
+    def send(
+        self, msgs: Sequence[Outgoing | Exception], *, client_id: str
+    ) -> list[Sent | Exception]:
         """``send_steps`` run to the end in this thread."""
-        return run_blocking(self.send_steps(msgs, client_id=client_id, peer=peer))
+        return run_blocking(self.send_steps(msgs, client_id=client_id))
 
     @staticmethod
-    def needs_thread(msgs: Sequence[Any], topics: TopicRegistry) -> bool:
+    def needs_thread(msgs: Sequence[Outgoing | Exception], topics: TopicRegistry) -> bool:
         """Whether storing ``msgs`` may do more than wait for the store's fsync: create a topic
         (a file write) or hold a delay message (the delay schedule's lock and reads). Such a
         request runs ``send`` in a thread; the others can run ``send_steps`` on the loop."""
         return any(
-            not topics.exists(m.topic.name) or m.system_properties.HasField("delivery_timestamp")
+            not topics.exists(m.draft.topic) or PROP_DELIVERY_TIMESTAMP_MS in m.draft.properties
             for m in msgs
+            if isinstance(m, Outgoing)
         )
 
     def send_steps(
-        self, msgs: Sequence[Any], *, client_id: str, peer: str
+        self, msgs: Sequence[Outgoing | Exception], *, client_id: str
     ) -> Steps[list[Sent | Exception]]:
-        """Store a request's messages; per message, in order, where it went or the error that
-        refused it.
+        """Store a request's messages (mapped at the edge: an error there stands in for its
+        message); per message, in order, where it went or the error that refused it.
 
         Why: the normal messages that pass validation are stored with one append per
         SEND_BATCH_BODY_BYTES_MAX (one write, one fsync), not one durable append each in turn; the
@@ -177,8 +173,12 @@ class SendPath:
         plain: list[tuple[int, RecordDraft]] = []
         chosen: dict[str, int] = {}
         for i, msg in enumerate(msgs):
+            if isinstance(msg, Exception):
+                out.append(msg)
+                continue
             try:
-                draft, mtype, _info = self.validate(msg, peer=peer, chosen=chosen)
+                draft, _info = self.validate(msg, chosen=chosen)
+                mtype = msg.message_type
                 if mtype is MessageType.NORMAL:
                     # The store's own checks, per message, so one bad message cannot fail the
                     # append it would share with the good ones.
@@ -186,7 +186,7 @@ class SendPath:
                     plain.append((i, draft))
                     out.append(_PENDING)
                 else:
-                    out.append((yield from self._store(msg, draft, mtype, client_id=client_id)))
+                    out.append((yield from self._store(msg, draft, client_id=client_id)))
             except Exception as exc:
                 out.append(exc)
         for chunk in _chunks(plain):
@@ -207,16 +207,12 @@ class SendPath:
         invariant(all(o is not _PENDING for o in out), "every message has an answer")
         return out
 
-    def _store(
-        self, msg: Any, draft: RecordDraft, mtype: MessageType, *, client_id: str
-    ) -> Steps[Sent]:
+    def _store(self, msg: Outgoing, draft: RecordDraft, *, client_id: str) -> Steps[Sent]:
         started = time.perf_counter()
         tid = ""
+        mtype = msg.message_type
         if mtype is MessageType.TRANSACTION:
-            sp = msg.system_properties
-            immunity = None
-            if sp.HasField("orphaned_transaction_recovery_duration"):
-                immunity = mapping.duration_ms(sp.orphaned_transaction_recovery_duration)
+            immunity = msg.check_immunity_ms
             # RocketMQ 5 producers name no group on the wire: the topic is the group (see
             # clients.py), which is also what check-back uses to find a live producer.
             tid, res = yield from self.tx.prepare_steps(
@@ -237,30 +233,22 @@ class SendPath:
         self.metrics.sends.labels(mtype.value).inc()
         return Sent(draft.message_id, tid, draft.topic, draft.queue_id, queue_offset)
 
-    def end(self, request: Any) -> Decided:
+    def end(self, request: EndRequest) -> Decided:
         """``end_steps`` run to the end in this thread."""
         return run_blocking(self.end_steps(request, block=True))
 
-    def end_steps(self, request: Any, *, block: bool) -> Steps[Decided]:
-        """Decide a transaction from an EndTransactionRequest. Idempotent: the same decision
-        again answers OK; the opposite one raises TransactionConflictError. With ``block``
-        false, a decision of the same transaction in flight raises DecisionInFlightError (see
-        ``Transactions.end_steps``)."""
-        if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
-            raise BadRequestError("resolution must be COMMIT or ROLLBACK")
+    def end_steps(self, request: EndRequest, *, block: bool) -> Steps[Decided]:
+        """Decide a transaction. Idempotent: the same decision again answers OK; the opposite
+        one raises TransactionConflictError. With ``block`` false, a decision of the same
+        transaction in flight raises DecisionInFlightError (see ``Transactions.end_steps``)."""
         if not request.transaction_id:
             raise InvalidTransactionIdError("", "transaction_id is empty")
-        source = (
-            DecisionSource.CHECK_BACK
-            if request.source == pb.SOURCE_SERVER_CHECK
-            else DecisionSource.PRODUCER
-        )
         outcome = yield from self.tx.end_steps(
             request.transaction_id,
-            commit=request.resolution == pb.COMMIT,
-            source=source,
+            commit=request.commit,
+            source=request.source,
             message_id=request.message_id,
             block=block,
         )
-        self.metrics.outcomes.labels(outcome.value, source.value).inc()
-        return Decided(outcome, request.topic.name)
+        self.metrics.outcomes.labels(outcome.value, request.source.value).inc()
+        return Decided(outcome, request.topic)

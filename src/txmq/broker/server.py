@@ -34,7 +34,7 @@ from txmq.broker.produce import SendPath
 from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import BadRequestError, ClientIdRequiredError, UnsupportedError
-from txmq.model import MessageType, Outcome
+from txmq.model import MessageType, Outcome, Outgoing
 from txmq.protocol import mapping, telemetry
 from txmq.txn.steps import DecisionInFlightError
 
@@ -224,13 +224,14 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         cid, peer = client_id(context), context.peer() or ""
 
         msgs = list(request.messages)
+        items = [self._outgoing(m, peer) for m in msgs]  # the wire mapped here, at the edge
         # Its normal messages share one write and one fsync, the others (FIFO ones included)
         # are stored one by one in request order. Written on the loop, which then awaits the
         # fsync (durable.py), unless storing may do more than that.
-        if SendPath.needs_thread(msgs, self.topics):
-            outcomes = await self.run(self.sends.send, msgs, client_id=cid, peer=peer)
+        if SendPath.needs_thread(items, self.topics):
+            outcomes = await self.run(self.sends.send, items, client_id=cid)
         else:
-            steps = self.sends.send_steps(msgs, client_id=cid, peer=peer)
+            steps = self.sends.send_steps(items, client_id=cid)
             outcomes = await durable.drive(steps, self.executor)
         entries = []
         for msg, got in zip(msgs, outcomes, strict=True):
@@ -256,14 +257,22 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         top = next((e.status for e in entries if e.status.code != pb.OK), mapping.status())
         return sv.SendMessageResponse(status=top, entries=entries)
 
+    def _outgoing(self, msg: Any, peer: str) -> Outgoing | Exception:
+        """One SendMessage entry as the send path takes it, or the error refusing it."""
+        try:
+            return mapping.outgoing_from_wire(
+                msg, born_host=peer, body_size_max=self.sends.body_size_max
+            )
+        except Exception as exc:  # answered in this message's entry, as a refusal
+            return exc
+
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         async def work() -> Any:
+            end = mapping.end_request_from_wire(request)
             try:
-                decided = await durable.drive(
-                    self.sends.end_steps(request, block=False), self.executor
-                )
+                decided = await durable.drive(self.sends.end_steps(end, block=False), self.executor)
             except DecisionInFlightError:
-                decided = await self.run(self.sends.end, request)  # waits for the other one
+                decided = await self.run(self.sends.end, end)  # waits for the other one
             if decided.outcome is Outcome.COMMITTED:
                 # The commit record is the message entering its queue: wake that topic.
                 self.notify_appended(decided.topic)

@@ -18,13 +18,16 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from txmq import limits
 from txmq.errors import (
     CODE_OK,
+    BadRequestError,
     IllegalConsumerGroupError,
     IllegalDeliveryTimeError,
     IllegalKeyError,
     IllegalMessageGroupError,
+    IllegalMessageIdError,
     IllegalPropertyError,
     IllegalTagError,
     IllegalTopicError,
+    MessageBodyTooLargeError,
     MessageTypeConflictError,
     TxmqError,
 )
@@ -32,7 +35,10 @@ from txmq.model import (
     PROP_DELIVERY_TIMESTAMP_MS,
     PROP_MESSAGE_GROUP,
     RESERVED_PROPERTIES,
+    DecisionSource,
+    EndRequest,
     MessageType,
+    Outgoing,
     Record,
     RecordDraft,
     is_internal_property,
@@ -128,6 +134,50 @@ def wire_message_type(msg: Any) -> MessageType:
     if sp.HasField("delivery_timestamp"):
         return MessageType.DELAY
     return MessageType.NORMAL
+
+
+def outgoing_from_wire(msg: Any, *, born_host: str, body_size_max: int) -> Outgoing:
+    """A SendMessage entry as the send path takes it, checked in the order a producer sees its
+    errors: body empty or too large, message id, then the fields (``draft_from_wire``).
+    Raises typed input errors; nothing is stored then."""
+    body_size = len(msg.body)
+    if body_size == 0:
+        raise BadRequestError("message body is empty")
+    if body_size > body_size_max:
+        raise MessageBodyTooLargeError(body_size, body_size_max)
+    sp = msg.system_properties
+    if not sp.message_id or len(sp.message_id) > limits.MESSAGE_ID_LENGTH_MAX:
+        raise IllegalMessageIdError(
+            f"message_id must be 1..{limits.MESSAGE_ID_LENGTH_MAX} characters"
+        )
+    mtype = wire_message_type(msg)
+    draft = draft_from_wire(msg, queue_id=0, born_host=born_host)
+    immunity = None
+    if mtype is MessageType.TRANSACTION and sp.HasField("orphaned_transaction_recovery_duration"):
+        immunity = duration_ms(sp.orphaned_transaction_recovery_duration)
+    return Outgoing(draft, mtype, immunity)
+
+
+def end_request_from_wire(request: Any) -> EndRequest:
+    """An EndTransactionRequest as the send path takes it.
+
+    Raises:
+        BadRequestError: the resolution is neither COMMIT nor ROLLBACK.
+    """
+    if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
+        raise BadRequestError("resolution must be COMMIT or ROLLBACK")
+    source = (
+        DecisionSource.CHECK_BACK
+        if request.source == pb.SOURCE_SERVER_CHECK
+        else DecisionSource.PRODUCER
+    )
+    return EndRequest(
+        topic=request.topic.name,
+        transaction_id=request.transaction_id,
+        message_id=request.message_id,
+        commit=request.resolution == pb.COMMIT,
+        source=source,
+    )
 
 
 def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
