@@ -271,6 +271,9 @@ DASHBOARD_SESSIONS_MAX: Final = 1_000
 # Rows of a paged listing (topics, groups, transactions) on one dashboard page; "next page"
 # follows the broker's cursor.
 DASHBOARD_PAGE_ROWS_MAX: Final = 200
+# Cluster members one dashboard watches (given with --endpoints or found through ClusterInfo);
+# each costs an admin call per sample period and a ring of samples.
+DASHBOARD_MEMBERS_MAX: Final = 64
 assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX
 
 

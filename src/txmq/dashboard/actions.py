@@ -29,6 +29,12 @@ def _redirect(path: str, **query: str) -> Response:
     return RedirectResponse(f"{path}?{urlencode(query)}", status_code=303)
 
 
+def _back(ui: Ui, request: Request, path: str, **query: str) -> Response:
+    """Redirect to ``path`` with a banner, on the member the request was about."""
+    member = ui.member(request)
+    return _redirect(path, **query, **({"member": member} if member else {}))
+
+
 async def _confirmed(
     ui: Ui,
     request: Request,
@@ -48,18 +54,18 @@ async def _confirmed(
             request,
             "confirm.html",
             token=ui.token(action, target),
-            action_url=request.url.path,
+            action_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             back=back,
             failed=False,
             **context,
         )
     if not ui.token_ok(action, target, token):
-        return _redirect(back, error="the confirmation was not valid; try again")
+        return _back(ui, request, back, error="the confirmation was not valid; try again")
     try:
         await ui.call(request, *call, write=True)
     except TxmqError as exc:
-        return _redirect(back, error=banner(exc))
-    return _redirect(back, done=done)
+        return _back(ui, request, back, error=banner(exc))
+    return _back(ui, request, back, done=done)
 
 
 async def topic_create(ui: Ui, request: Request) -> Response:
@@ -69,9 +75,9 @@ async def topic_create(ui: Ui, request: Request) -> Response:
     try:
         queues = int(str(form.get("queues", "4")))
     except ValueError:
-        return _redirect("/topics", error="queues must be a number")
+        return _back(ui, request, "/topics", error="queues must be a number")
     if not name or kind not in TOPIC_TYPES:
-        return _redirect("/topics", error="a topic needs a name and a known type")
+        return _back(ui, request, "/topics", error="a topic needs a name and a known type")
     target = f"{name}/{queues}/{kind}"
     return await _confirmed(
         ui,
@@ -113,7 +119,7 @@ async def txn_resolve(ui: Ui, request: Request) -> Response:
     form = await request.form()
     action = str(form.get("action", ""))
     if action not in ("commit", "rollback"):
-        return _redirect("/transactions", error="action must be commit or rollback")
+        return _back(ui, request, "/transactions", error="action must be commit or rollback")
     context: dict[str, Any] = {
         "title": f"{'Commit' if action == 'commit' else 'Roll back'} transaction {tid}?",
         "description": "commit: consumers receive this message. rollback: it is discarded.",
@@ -123,7 +129,7 @@ async def txn_resolve(ui: Ui, request: Request) -> Response:
         try:
             shown = await ui.call(request, "TxnMessage", {"id": tid})
         except TxmqError as exc:
-            return _redirect("/transactions", error=banner(exc))
+            return _back(ui, request, "/transactions", error=banner(exc))
         message = shown["message"]
         message["rendered"], message["note"] = render_body(message["body_base64"], "text")
         context.update(message=message, transaction=shown["transaction"])

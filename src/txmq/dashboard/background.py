@@ -77,3 +77,14 @@ def dashboard_process(
         yield line.split(" on ", 1)[1].split()[0].rstrip("/")
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def maybe_dashboard(endpoints: str, *, port: int | None, log: Path) -> Iterator[str | None]:
+    """``dashboard_process`` when ``port`` is given (0: any free port), else nothing; yields
+    the URL or None. How ``txmq demo --dashboard`` wraps the story."""
+    if port is None:
+        yield None
+        return
+    with dashboard_process(endpoints, log=log, port=port) as url:
+        yield url

@@ -68,6 +68,14 @@ class Link:
         # blank every page of a cluster.
         self.preferred = members[0]
 
+    def add_member(self, endpoint: str) -> bool:
+        """Watch one more member (found in the cluster's ClusterInfo); False when already
+        watched or at DASHBOARD_MEMBERS_MAX."""
+        if endpoint in self.members or len(self.members) >= limits.DASHBOARD_MEMBERS_MAX:
+            return False
+        self.members.append(endpoint)
+        return True
+
     async def call(
         self,
         method: str,

@@ -44,7 +44,26 @@ class Sampler:
         except TxmqError as exc:
             return Sample(time_ms=now, up=True, refused=True, error=banner(exc))
 
+    async def discover(self) -> None:
+        """Add the members of the cluster behind the watched ones (ClusterInfo), so one
+        ``--endpoints`` member is enough to watch a whole cluster. A broker that cannot say
+        (down, refused, or older than clusters) leaves the list as it is, and is asked again
+        next period."""
+        try:
+            info = await self.link.call("ClusterInfo")
+        except TxmqError as exc:
+            log.debug("cluster members unknown this period: %s", exc)
+            return
+        for m in info.get("members", []):
+            endpoint = str(m.get("endpoint", ""))
+            if m.get("self"):
+                continue  # the member that answered: already watched, maybe under another name
+            if endpoint and self.link.add_member(endpoint):
+                self.rings[endpoint] = Ring()
+                log.info("watching cluster member %s", endpoint)
+
     async def sample_all(self) -> None:
+        await self.discover()
         samples = await asyncio.gather(*(self.sample(m) for m in self.link.members))
         for member, s in zip(self.link.members, samples, strict=True):
             self.rings[member].add(s)

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -81,13 +82,24 @@ class Ui:
         """``method`` signed by the person's keys if signed in; a ``write`` never by the
         dashboard's own (link.py)."""
         creds = self.credentials(request)
-        return await self.link.call(method, args, credentials=creds, write=write)
+        member = self.member(request)
+        return await self.link.call(method, args, member=member, credentials=creds, write=write)
+
+    def member(self, request: Request) -> str | None:
+        """The member a page reads from and acts on: ``?member=`` when it names one the
+        dashboard watches, else None (the member that answered last)."""
+        asked = request.query_params.get("member", "")
+        return asked if asked in self.link.members else None
 
     def render(self, request: Request, template: str, **context: Any) -> Response:
         context.setdefault("error", request.query_params.get("error", ""))
         context.setdefault("done", request.query_params.get("done", ""))
         context["signed_in"] = self.credentials(request) is not None
         context["members"] = self.link.members
+        member = self.member(request)
+        context["member"] = member or ""
+        # Appended to form actions and links, so a choice of member survives each step.
+        context["member_q"] = f"?{urlencode({'member': member})}" if member else ""
         response: Response = self.templates.TemplateResponse(request, template, context)
         return response
 
