@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from txmq.broker.config_sources import load_config
-from txmq.cli.demo_report import FATE_COMMITS, Facts, SparkResult, checks, percentile
 from txmq.cli.main import _register, cli
+from txmq.demo.report import FATE_COMMITS, Facts, SparkResult, checks, percentile
 from txmq.errors import (
     BadRequestError,
     BrokerUnavailableError,
@@ -241,9 +241,8 @@ def test_percentile_nearest_rank() -> None:
 
 
 def test_failure_plan_is_seeded_and_covers_every_fate() -> None:
-    from txmq.cli.demo_steps import load_example
+    from txmq.demo import order_service as orders
 
-    orders = load_example("order_service")
     plan = orders.plan_orders(30, 3, "run")
     assert plan == orders.plan_orders(30, 3, "run")
     assert plan != orders.plan_orders(30, 4, "run")
@@ -279,7 +278,7 @@ def test_a_grpc_server_without_the_admin_channel_is_an_operation_failure() -> No
 
 
 def test_demo_explains_a_missing_java(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from txmq.cli.demo_steps import spark_skip_reason
+    from txmq.demo.steps import spark_skip_reason
 
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no java on it

@@ -1,4 +1,4 @@
-"""The example pipelines (txmq.spark.pipeline) against a real broker and the shared session.
+"""The demo's Spark pipelines (txmq.demo.pipeline) against a real broker and the shared session.
 
 Goal: the per-SKU-per-minute aggregate counts each committed order once, also when run again
 after more orders arrive; the reconciliation names each planted mismatch and nothing else.
@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import BrokerProcess
+from txmq.demo.pipeline import aggregate_orders, reconcile
 from txmq.spark.client import BrokerClient, build_message
-from txmq.spark.pipeline import aggregate_orders, reconcile
 
 pytestmark = pytest.mark.spark
 MINUTE_MS = 60_000

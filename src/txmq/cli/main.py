@@ -45,8 +45,8 @@ cli.add_command(broker)
 
 def _register() -> None:
     from txmq.cli import commands
-    from txmq.cli.demo import demo
     from txmq.dashboard.command import dashboard
+    from txmq.demo.command import demo
 
     commands.register(cli)
     cli.add_command(demo)

@@ -1,7 +1,7 @@
 """The example pipelines over the order stream: per-SKU-per-minute aggregation, reconciliation.
 
-Owns: two jobs the ``txmq demo`` command and examples/pipeline/ call (also runnable as
-``python -m txmq.spark.pipeline aggregate|reconcile ...``):
+Owns: two jobs the ``txmq demo`` command runs (spark_job.py), also runnable by hand as
+``python -m txmq.demo.pipeline aggregate|reconcile ...``:
 
 - ``aggregate_orders``: stream the topic's committed orders into a raw Parquet table with
   Trigger.AvailableNow and a checkpoint (exactly-once: deterministic offset ranges plus the file
@@ -176,7 +176,7 @@ def reconcile(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m txmq.spark.pipeline", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m txmq.demo.pipeline", description=__doc__)
     ap.add_argument("--endpoints", default="127.0.0.1:8081")
     ap.add_argument("--topic", default=ORDER_TOPIC_DEFAULT)
     sub = ap.add_subparsers(dest="job", required=True)

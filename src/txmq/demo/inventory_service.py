@@ -14,7 +14,7 @@ Failure injection (seeded):
 
 Run by hand against a broker (Ctrl-C or SIGTERM stops it and prints its counters):
 
-    .venv/bin/python examples/inventory_service.py --endpoints 127.0.0.1:8081
+    .venv/bin/python -m txmq.demo.inventory_service --endpoints 127.0.0.1:8081
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One run of ``txmq demo`` against a broker: place orders, let check-back and consumers settle,
 run the Spark step, and gather the facts the report checks.
 
-Owns: the order of the story and its bounded waits. The services are the examples' own code
-(examples/order_service.py, examples/inventory_service.py), loaded from the source checkout.
-Must not: judge the outcome (demo_report.py does) or print the report (demo.py does).
+Owns: the order of the story and its bounded waits. The services are the demo's own example
+applications (order_service.py, inventory_service.py in this package).
+Must not: judge the outcome (report.py does) or print the report (command.py does).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from txmq.cli.admin_client import call
-from txmq.cli.demo_report import Facts
-from txmq.cli.demo_steps import (
+from txmq.demo import inventory_service, order_service
+from txmq.demo.report import Facts
+from txmq.demo.steps import (
     SETTLE_S,
     DemoError,
+    child_env,
     console,
     dead_lettered,
-    load_example,
     progress_bar,
     run_spark,
-    source_root,
     spark_skip_reason,
     topic_messages,
     undecided,
@@ -50,22 +50,19 @@ class DemoRun:
         # Order ids carry the run id so runs sharing a broker or a database never mix.
         self.run_id = f"{time.time_ns() // 1_000_000 % 10**9:09d}"
         self.prefix = f"o-{self.run_id}-"
-        self.order_service = load_example("order_service")
-        self.inventory_service = load_example("inventory_service")
-        self.plan: list[Any] = self.order_service.plan_orders(orders, seed, self.run_id)
+        self.plan: list[Any] = order_service.plan_orders(orders, seed, self.run_id)
 
     def run(self, endpoints: str, *, embedded: bool) -> Facts:
         """The whole story; returns the facts for the report."""
-        osvc, isvc = self.order_service, self.inventory_service
         # A fresh embedded broker can use the plain name; a shared one gets a topic per run so
         # an earlier run's messages never reach this run's consumer group.
-        topic = osvc.TOPIC if embedded else f"{osvc.TOPIC}-{self.run_id}"
-        group = isvc.GROUP if embedded else f"{isvc.GROUP}-{self.run_id}"
+        topic = order_service.TOPIC if embedded else f"{order_service.TOPIC}-{self.run_id}"
+        group = inventory_service.GROUP if embedded else f"{inventory_service.GROUP}-{self.run_id}"
         call(endpoints, "TopicCreate", {"name": topic, "queues": 4, "type": "transaction"})
         console.print(f"broker at {endpoints}; topic {topic}")
-        db = osvc.OrderDb(self.orders_db_url)
-        service = osvc.OrderService(endpoints, db, topic=topic)
-        inventory = isvc.InventoryService(
+        db = order_service.OrderDb(self.orders_db_url)
+        service = order_service.OrderService(endpoints, db, topic=topic)
+        inventory = inventory_service.InventoryService(
             endpoints, self.work / "inventory.db", topic=topic, group=group, seed=self.seed
         )
         stock_before = sum(inventory.db.stock().values())
@@ -86,7 +83,7 @@ class DemoRun:
         return facts
 
     def _place_all(self, endpoints: str, topic: str, service: Any) -> list[Any]:
-        crash_fates = self.order_service.CRASH_FATES
+        crash_fates = order_service.CRASH_FATES
         doomed = [o for o in self.plan if o.fate in crash_fates]
         mine = [o for o in self.plan if o.fate not in crash_fates]
         child = self._crash_child(endpoints, topic, doomed) if doomed else None
@@ -104,14 +101,14 @@ class DemoRun:
         """A second order-service process that sends half messages and dies with SIGKILL."""
         batch = self.work / "crash-batch.json"
         batch.write_text(json.dumps([asdict(o) for o in doomed]))
-        script = source_root() / "examples" / "order_service.py"
         args = ["--endpoints", endpoints, "--db", self.orders_db_url, "--topic", topic]
         with open(self.work / "crash-child.log", "w") as log:
             return subprocess.Popen(
-                [sys.executable, str(script), *args, "--crash-batch", str(batch)],
+                [sys.executable, "-m", order_service.__name__, *args, "--crash-batch", str(batch)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 text=True,
+                env=child_env(),
             )
 
     def _wait_crashed(self, child: subprocess.Popen[str], count: int) -> None:
@@ -132,7 +129,7 @@ class DemoRun:
     def _settle(self, endpoints: str, topic: str, dlq: str, db: Any, inventory: Any) -> bool:
         """Wait (bounded) until no transaction is undecided and every committed order is
         deducted or dead-lettered. Returns False at the deadline; the report shows what's off."""
-        in_doubt = sum(1 for o in self.plan if o.fate in ("hang", *self.order_service.CRASH_FATES))
+        in_doubt = sum(1 for o in self.plan if o.fate in ("hang", *order_service.CRASH_FATES))
         # Bounded, but long enough for big runs: consumers handle well over 50 orders a second.
         settle_s = SETTLE_S + len(self.plan) / 50
         deadline = time.monotonic() + settle_s

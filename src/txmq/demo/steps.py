@@ -1,8 +1,9 @@
 """Steps of ``txmq demo`` that touch the outside world: the embedded broker process, the
-example services' modules, the admin queries the report needs, and the Spark job.
+environment of the processes the demo starts, the admin queries the report needs, and the Spark
+job.
 
 Owns: starting and stopping those processes with bounded waits, and turning their failures
-into DemoError with a pointer to the log. Must not: decide consistency (demo_report.py).
+into DemoError with a pointer to the log. Must not: decide consistency (report.py).
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ import re
 import select
 import shutil
 import signal
+import site
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import txmq
 from txmq.cli.admin_client import call, call_pages
-from txmq.cli.demo_report import SparkResult
+from txmq.demo.report import SparkResult
 from txmq.errors import NotFoundError, TxmqError
 
 console = Console()
@@ -40,51 +41,22 @@ BROKER_FLAGS = (
 )
 SETTLE_S = 90.0
 SPARK_TIMEOUT_S = 150.0
-# Runs in a child process: the Spark example jobs from examples/pipeline/, in one session.
-# argv: pipeline dir, endpoints, output dir, topic, orders db (SQLite, or "" to skip
-# reconciliation), inventory db.
-SPARK_JOB = """
-import importlib.util, json, sys
-from pathlib import Path
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, Path(sys.argv[1]) / (name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-endpoints, out, topic, orders_db, inventory_db = sys.argv[2:7]
-out = Path(out)
-rows = load("orders_per_sku").aggregate_orders(
-    endpoints, out / "per-sku-minute.parquet", out / "checkpoint", topic=topic)
-result = {"rows": rows}
-if orders_db:
-    report = load("reconcile").reconcile(endpoints, Path(orders_db), Path(inventory_db), topic)
-    result["mismatches"] = report.mismatches
-print(json.dumps(result))
-"""
+SPARK_JOB_MODULE = "txmq.demo.spark_job"
 
 
 class DemoError(TxmqError):
     """A step of the demo could not run (as opposed to an inconsistent result)."""
 
 
-def source_root() -> Path:
-    """The checkout txmq runs from: its examples/ hold the demo's services."""
-    return Path(txmq.__file__).resolve().parents[2]
-
-
-def load_example(name: str) -> ModuleType:
-    path = source_root() / "examples" / f"{name}.py"
-    if not path.is_file():
-        raise DemoError(f"{path} not found: txmq demo runs from a source checkout (make demo)")
-    spec = importlib.util.spec_from_file_location(f"txmq_example_{name}", path)
-    if spec is None or spec.loader is None:
-        raise DemoError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+def child_env() -> dict[str, str]:
+    """The environment of the processes the demo starts (broker, crashing order service, Spark
+    job): they import txmq from where this process did. An installed txmq is found as it is;
+    a source checkout run through PYTHONPATH or from its root is put on PYTHONPATH."""
+    home = str(Path(txmq.__file__).resolve().parents[1])
+    if home in site.getsitepackages():
+        return dict(os.environ)
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [home, path])))
 
 
 @contextmanager
@@ -93,15 +65,9 @@ def embedded_broker(data_dir: Path, log_path: Path, extra: Sequence[str] = ()) -
     endpoints and stops it on exit."""
     cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0"]
     cmd += list(extra)
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
-            filter(None, [str(source_root() / "src"), os.environ.get("PYTHONPATH")])
-        ),
-    )
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [*cmd, *BROKER_FLAGS], stdout=subprocess.PIPE, stderr=log, text=True, env=env
+            [*cmd, *BROKER_FLAGS], stdout=subprocess.PIPE, stderr=log, text=True, env=child_env()
         )
     try:
         yield _first_line_endpoints(proc, log_path)
@@ -148,19 +114,17 @@ def spark_skip_reason() -> str | None:
 def run_spark(
     endpoints: str, topic: str, work: Path, orders_db: Path | None, inventory_db: Path
 ) -> SparkResult:
-    """The Spark example jobs (aggregation; reconciliation when the order DB is SQLite) in
-    their own process, whose JVM logs go to spark.log."""
-    jobs = source_root() / "examples" / "pipeline"
+    """The Spark jobs (spark_job.py: aggregation; reconciliation when the order DB is SQLite)
+    in their own process, whose JVM logs go to spark.log."""
     out = work / "spark"
-    env = dict(os.environ, PYTHONPATH=str(source_root() / "src"))
     dbs = [str(orders_db or ""), str(inventory_db)]
     with open(work / "spark.log", "w") as log:
         r = subprocess.run(
-            [sys.executable, "-c", SPARK_JOB, str(jobs), endpoints, str(out), topic, *dbs],
+            [sys.executable, "-m", SPARK_JOB_MODULE, endpoints, str(out), topic, *dbs],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
-            env=env,
+            env=child_env(),
             timeout=SPARK_TIMEOUT_S,
         )
     if r.returncode != 0:

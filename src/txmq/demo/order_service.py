@@ -27,7 +27,7 @@ The database is SQLite (a file path) or PostgreSQL (a ``postgresql://`` URL, nee
 Run by hand against a broker:
 
     .venv/bin/txmq broker --data-dir /tmp/txmq --port 8081 &
-    .venv/bin/python examples/order_service.py --endpoints 127.0.0.1:8081 --orders 50
+    .venv/bin/python -m txmq.demo.order_service --endpoints 127.0.0.1:8081 --orders 50
 """
 
 from __future__ import annotations

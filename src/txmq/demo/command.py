@@ -2,11 +2,11 @@
 
 Owns: running the story. An embedded broker (``python -m txmq.broker --port 0`` in a temporary
 data directory, with a short transaction timeout so check-back happens within the demo) or a
-running one (``--endpoints``); the order service (examples/order_service.py) placing orders
-with injected failures, a second order-service process killed with SIGKILL mid-transaction; the
-inventory service (examples/inventory_service.py) consuming idempotently with injected
-failures; the Spark aggregation (examples/pipeline, skipped with a note without Java 17+); and
-the report (demo_report.py). Exit code 0 only when every consistency check passes.
+running one (``--endpoints``); the order service (order_service.py) placing orders with
+injected failures, a second order-service process killed with SIGKILL mid-transaction; the
+inventory service (inventory_service.py) consuming idempotently with injected failures; the
+Spark aggregation (spark_job.py, skipped with a note without Java 17+); and the report
+(report.py). Exit code 0 only when every consistency check passes.
 Must not: reach into the broker's internals; everything goes through the official client and
 the admin channel, as a user's services would.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import click
 
-from txmq.cli.demo_report import Facts, activity_table, check_table, checks, fate_table
-from txmq.cli.demo_run import DemoRun
-from txmq.cli.demo_steps import console, embedded_broker
+from txmq.demo.report import Facts, activity_table, check_table, checks, fate_table
+from txmq.demo.steps import console, embedded_broker
+from txmq.demo.story import DemoRun
 
 
 @click.command(short_help="Run the order/inventory story and check its consistency.")
