@@ -122,6 +122,14 @@ PULL_BYTES_MAX: Final = 8 * MiB
 PULL_COUNT_MAX: Final = 8192
 PULL_HEADER_SIZE_MAX: Final = 4 * KiB
 CLIENTS_MAX: Final = 10_000
+# The first Settings reply on a Telemetry stream is sent again after each of these delays. The
+# Node.js client (rocketmq-client-nodejs 1.0.8) with several topics fetches their routes one by
+# one after opening the stream and only then starts waiting for the reply, so a prompt reply is
+# dropped and its startup() hangs forever; a repeat reaches it once the routes are in. Other
+# clients just apply the same settings again. Longest delay: routes of many topics on a loaded
+# machine.
+SETTINGS_REPEAT_DELAYS_MS: Final = (250, 1_000, 4_000)
+assert list(SETTINGS_REPEAT_DELAYS_MS) == sorted(SETTINGS_REPEAT_DELAYS_MS)
 
 # Import-time checks on relationships between limits.
 assert SEGMENT_SIZE_MIN <= SEGMENT_SIZE_DEFAULT <= SEGMENT_SIZE_MAX

@@ -12,6 +12,7 @@ import json
 import queue
 import socket
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import message, producer
 from tests.integration.conftest import FAST, BrokerProcess
-from txmq import errors
+from txmq import errors, limits
 
 TIMEOUT_S = 15
 
@@ -197,11 +198,20 @@ class TelemetryStream:
             self.replies.put(exc)
 
     def settings(self, topics: tuple[str, ...]) -> Any:
+        """Send Settings publishing ``topics``; the reply naming them (the broker repeats a
+        stream's first reply, so an earlier reply may still arrive and is skipped)."""
         s = pb.Settings(client_type=pb.PRODUCER)
         for t in topics:
             s.publishing.topics.add(name=t)
         self.requests.put(sv.TelemetryCommand(settings=s))
-        return self.replies.get(timeout=TIMEOUT_S)
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            reply = self.replies.get(timeout=max(0.0, deadline - time.monotonic()))
+            if not isinstance(reply, sv.TelemetryCommand):
+                return reply
+            named = tuple(t.name for t in reply.settings.publishing.topics)
+            if named in (topics, ()):
+                return reply
 
     def close(self) -> None:
         self.requests.put(None)
@@ -221,9 +231,28 @@ def test_telemetry_echoes_settings_and_survives_a_stream_rebuild(
     new = TelemetryStream(stub, "rebuilder")
     assert new.settings(("t-rebuild",)).status.code == pb.OK
     old.close()
-    again = new.settings(("t-rebuild",))
+    again = new.settings(("t-rebuild", "t-again"))
     assert again.status.code == pb.OK, "the new stream still answers after the old one ended"
     new.close()
+
+
+def test_first_settings_reply_is_repeated(broker: BrokerProcess, stub: Any) -> None:
+    """The Node.js client with several topics starts waiting for the Settings reply only after
+    fetching every route and drops a prompt reply (issue 16); a stream's first reply comes again
+    at each of limits.SETTINGS_REPEAT_DELAYS_MS, later Settings are answered once."""
+    stream = TelemetryStream(stub, "repeat")
+    first = stream.settings(("t-repeat",))
+    assert first.status.code == pb.OK
+    started = time.monotonic()
+    repeats = [stream.replies.get(timeout=TIMEOUT_S) for _ in limits.SETTINGS_REPEAT_DELAYS_MS]
+    waited_s = time.monotonic() - started
+    assert all(r == first for r in repeats), "the same reply, again"
+    assert waited_s >= limits.SETTINGS_REPEAT_DELAYS_MS[-1] / 1000 * 0.9
+    later = stream.settings(("t-repeat", "t-other"))
+    assert [t.name for t in later.settings.publishing.topics] == ["t-repeat", "t-other"]
+    with pytest.raises(queue.Empty):  # bounded wait for a repeat that must not come
+        stream.replies.get(timeout=limits.SETTINGS_REPEAT_DELAYS_MS[0] / 1000 * 2)
+    stream.close()
 
 
 def test_telemetry_without_client_id_is_refused(broker: BrokerProcess, stub: Any) -> None:

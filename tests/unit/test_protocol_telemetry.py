@@ -78,6 +78,20 @@ def test_consumer_reply_fills_polling_batch_fifo_and_backoff(fifo: bool) -> None
     assert not reply.HasField("publishing")
 
 
+def test_node_consumers_get_the_same_backoff_as_an_exponential_policy() -> None:
+    """rocketmq-client-nodejs reads only exponential backoff (a customized one leaves its
+    consumers without retries); the delays are the customized steps' delays."""
+    sent = consumer_settings()
+    sent.user_agent.language = pb.NODE_JS
+    bp = telemetry.settings_reply(sent, SERVER, fifo=True).backoff_policy
+    assert bp.WhichOneof("strategy") == "exponential_backoff"
+    assert bp.max_attempts == 5
+    exp = bp.exponential_backoff
+    initial, most = mapping.duration_ms(exp.initial), mapping.duration_ms(exp.max)
+    delays = [min(initial * exp.multiplier**n, most) for n in range(bp.max_attempts)]
+    assert delays == telemetry.backoff_steps_ms(SERVER) == [1_000, 2_000, 4_000, 4_000, 4_000]
+
+
 def test_backoff_steps_are_bounded() -> None:
     many = telemetry.ServerSettings(
         body_size_max=1,

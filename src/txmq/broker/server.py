@@ -26,7 +26,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import errors, limits
 from txmq.broker import durable, routes
-from txmq.broker.clients import Clients, Session
+from txmq.broker.clients import Clients, Session, Stream
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.membership import Membership
@@ -54,6 +54,16 @@ async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]
 
 def _unsupported(what: str) -> Any:
     return mapping.error_status(UnsupportedError(f"{what} is not supported by this broker"))
+
+
+async def _repeat_settings(stream: Stream, reply: Any) -> None:
+    """Queue a stream's first Settings reply again at each of limits.SETTINGS_REPEAT_DELAYS_MS
+    after the first (a harmless repeat; the limit's comment says which client needs it)."""
+    waited_ms = 0
+    for at_ms in limits.SETTINGS_REPEAT_DELAYS_MS:
+        await asyncio.sleep((at_ms - waited_ms) / 1000)
+        waited_ms = at_ms
+        stream.outbox.put_nowait(reply)
 
 
 class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
@@ -187,13 +197,17 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             yield sv.TelemetryCommand(status=fail(exc))
             return
         stream = session.open_stream()
+        repeats: list[asyncio.Task[None]] = []
 
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
                     session.last_seen_ms = self.now_ms()
                     if cmd.HasField("settings"):
-                        stream.outbox.put_nowait(self._on_settings(session, cmd.settings))
+                        reply = self._on_settings(session, cmd.settings)
+                        stream.outbox.put_nowait(reply)
+                        if not repeats and reply.HasField("settings"):
+                            repeats.append(asyncio.create_task(_repeat_settings(stream, reply)))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a broken stream ends this stream only
@@ -208,6 +222,8 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
                 yield item
         finally:
             reader.cancel()
+            for task in repeats:
+                task.cancel()
             session.close_stream(stream)
             session.last_seen_ms = self.now_ms()
 

@@ -22,6 +22,13 @@ from txmq.protocol import mapping
 
 PRODUCER_BACKOFF_INITIAL_MS = 10
 PRODUCER_BACKOFF_MAX_MS = 1_000
+# Consumers' redelivery delays double from the initial backoff up to the maximum.
+CONSUMER_BACKOFF_MULTIPLIER = 2.0
+# Clients whose consumers read only an exponential backoff policy: the Node.js client
+# (rocketmq-client-nodejs 1.0.8) ignores a customized one and then never retries, so a failed
+# FIFO message goes straight to the DLQ. The Python client reads only a customized one; Java
+# reads both. Both shapes describe the same delays.
+EXPONENTIAL_ONLY_LANGUAGES = frozenset({pb.NODE_JS})
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,11 @@ def settings_reply(settings: Any, server: ServerSettings, *, fifo: bool) -> Any:
     bp.ClearField("exponential_backoff")
     bp.ClearField("customized_backoff")
     bp.max_attempts = server.delivery_attempts_max
+    if settings.user_agent.language in EXPONENTIAL_ONLY_LANGUAGES:
+        mapping.set_duration(bp.exponential_backoff.initial, server.retry_backoff_initial_ms)
+        mapping.set_duration(bp.exponential_backoff.max, server.retry_backoff_max_ms)
+        bp.exponential_backoff.multiplier = CONSUMER_BACKOFF_MULTIPLIER
+        return out
     for delay_ms in backoff_steps_ms(server):
         mapping.set_duration(bp.customized_backoff.next.add(), delay_ms)
     return out
