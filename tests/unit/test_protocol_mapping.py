@@ -37,6 +37,7 @@ def wire(
     mtype: int = pb.NORMAL,
     group: str = "",
     deliver_at_seconds_field: int = 0,
+    encoding: int = pb.IDENTITY,
 ) -> Any:
     """A wire message the way rocketmq-python-client 5.1.2 fills one (Producer.__send_req)."""
     m = pb.Message()
@@ -51,7 +52,7 @@ def wire(
     sp.message_type = mtype
     sp.born_timestamp.seconds = 1_700_000_000
     sp.born_host = "10.0.0.7"
-    sp.body_encoding = pb.IDENTITY
+    sp.body_encoding = encoding
     if group:
         sp.message_group = group
     if deliver_at_seconds_field:
@@ -201,6 +202,7 @@ def test_type_inferred_when_the_client_leaves_it_unspecified() -> None:
         (wire(mtype=pb.DELAY), errors.IllegalDeliveryTimeError),
         (wire(topic="bad topic"), errors.IllegalTopicError),
         (wire(topic="RMQ_SYS_TRANS_HALF_TOPIC"), errors.IllegalTopicError),
+        (wire(encoding=pb.GZIP), errors.UnsupportedError),
     ],
 )
 def test_invalid_wire_messages_raise_typed_errors(message: Any, error: type[Exception]) -> None:

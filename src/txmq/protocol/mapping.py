@@ -30,6 +30,7 @@ from txmq.errors import (
     MessageBodyTooLargeError,
     MessageTypeConflictError,
     TxmqError,
+    UnsupportedError,
 )
 from txmq.model import (
     PROP_DELIVERY_TIMESTAMP_MS,
@@ -187,6 +188,10 @@ def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
     """
     sp = msg.system_properties
     topic = validate_topic(msg.topic.name)
+    if sp.body_encoding == pb.GZIP:
+        # Bodies are stored and delivered as sent, marked IDENTITY: a compressed one would reach
+        # consumers still compressed. No official client compresses on send.
+        raise UnsupportedError("body_encoding GZIP is not supported: send IDENTITY bodies")
     tag = sp.tag
     if tag and (len(tag) > limits.TAG_LENGTH_MAX or "||" in tag or tag.strip() != tag):
         raise IllegalTagError(f"illegal tag {tag!r}")
