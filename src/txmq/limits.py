@@ -333,3 +333,10 @@ CLUSTER_TOMBSTONE_MS: Final = 600_000
 # Topics imported per peer per probe; the rest come at the next probe.
 CLUSTER_RECONCILE_TOPICS_MAX: Final = 10_000
 assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS
+
+# --- The demo (txmq/demo/). -----------------------------------------------------------------------
+# Asking the broker for each missing order's DLQ copy costs one call per order: the demo's settle
+# loop asks only once at most this many orders are missing.
+DEMO_DLQ_PROBE_MAX: Final = 25
+# Ids listed per mismatch kind in the reconciliation report (the counts are always complete).
+DEMO_REPORT_IDS_MAX: Final = 1000

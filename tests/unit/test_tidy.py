@@ -37,10 +37,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # Derived from the handle's own struct layout in the same module (not a tunable): moving it
     # would move the handle format into limits.py.
     ("bound", "src/txmq/broker/receipt.py", "HANDLE_LENGTH_MAX"): "derived from _HEAD",
-    # The demo is being moved into the package by the ecosystem engineer (issue 16); its two
-    # report bounds move to limits.py with it.
-    ("bound", "src/txmq/cli/demo_run.py", "DLQ_PROBE_MAX"): "demo move pending (issue 16)",
-    ("bound", "src/txmq/spark/pipeline.py", "REPORT_IDS_MAX"): "demo move pending (issue 16)",
 }
 
 

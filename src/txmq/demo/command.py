@@ -95,7 +95,7 @@ def demo(
 
 
 def _run_secure(run: DemoRun, work: Path) -> Facts:
-    from txmq.cli.demo_secure import probes, secure_setup
+    from txmq.demo.secure import probes, secure_setup
 
     with secure_setup(work) as (flags, users):
         console.print("[bold]starting an embedded broker with TLS and an ACL[/bold]")

@@ -27,13 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from txmq import limits
 from txmq.protocol.client_security import ClientSecurity
 from txmq.spark.session import local_session
 
 ORDER_TOPIC_DEFAULT: Final = "deduct-stock"
 ORDER_JSON_SCHEMA: Final = "order_id string, sku string, qty int, ts long"
-# Ids listed per mismatch kind in a report (the counts are always complete).
-REPORT_IDS_MAX: Final = 1000
 
 
 def _spark(spark: Any, app: str) -> Any:
@@ -170,7 +169,7 @@ def reconcile(
     }
     report = Reconciliation(orders.count(), messages.count(), deducted.count())
     for kind, frame in checks.items():
-        ids = [str(r[0]) for r in frame.limit(REPORT_IDS_MAX).collect()]
+        ids = [str(r[0]) for r in frame.limit(limits.DEMO_REPORT_IDS_MAX).collect()]
         report.mismatches[kind] = sorted(ids)
     return report
 

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from txmq import limits
 from txmq.cli.admin_client import call
 from txmq.demo import inventory_service, order_service
 from txmq.demo.report import Facts
@@ -33,9 +34,6 @@ from txmq.demo.steps import (
 )
 from txmq.model import DLQ_PREFIX
 
-# Asking the broker for each missing order's DLQ copy costs one call per order: only worth it
-# once few orders are missing.
-DLQ_PROBE_MAX = 25
 POLL_S = 0.5
 
 
@@ -141,7 +139,7 @@ class DemoRun:
                 committed = set(db.orders(self.prefix))
                 missing = committed - set(inventory.db.processed(self.prefix))
                 dead: set[str] = set()
-                if len(missing) <= DLQ_PROBE_MAX:
+                if len(missing) <= limits.DEMO_DLQ_PROBE_MAX:
                     dead = dead_lettered(endpoints, dlq, missing)
                 progress.update(checks, completed=max(0, in_doubt - pending))
                 progress.update(
