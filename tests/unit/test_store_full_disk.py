@@ -189,3 +189,24 @@ def test_a_blank_seals_the_last_segment_after_a_refused_roll(tmp_path: Path) -> 
     store = Store.open(tmp_path, CONFIG, now_ms=Clock())
     assert [r.message_id for r in store.scan(0, 10)] == ["m0", "m1"]
     store.close()
+
+
+def test_retention_frees_space_on_a_full_disk(clock: Clock) -> None:
+    """Retention must work exactly when the disk is full: its checkpoint may not fit, and then
+    the last one bounds what it deletes."""
+    disk = SimDisk(capacity=limits.STORE_RESERVE_BYTES + 4 * SEGMENT + 32 * 1024)
+    cfg = replace(CONFIG, retention_ms=60_000)
+    store = Store.open(ROOT, cfg, now_ms=clock, disk=disk)
+    for i in range(20):  # about three segments
+        store.append(draft(i))
+    store.close()
+    store = Store.open(ROOT, cfg, now_ms=clock, disk=disk)  # checkpointed up to here
+    with pytest.raises(DiskFullError):
+        for i in range(20, 60):
+            store.append(draft(i))
+    clock.advance(120_000)
+    disk.fail_writes_after = disk.writes  # not even a checkpoint fits now
+    assert store.delete_expired_segments(keep_from_offset=1 << 62) >= 2
+    disk.fail_writes_after = None
+    store.append(draft(99))  # room again
+    store.close()

@@ -10,6 +10,7 @@ take the writer lock (lock order is writer lock, then this one).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ from txmq.store.disk import Disk
 from txmq.store.index import MessageIndex, hashes_of
 
 CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
+
+log = logging.getLogger(__name__)
 
 
 class Dispatcher:
@@ -165,9 +168,14 @@ class Dispatcher:
 
     def compact_index(self, floor: int) -> None:
         """Drop index entries below ``floor`` (retention's leftovers); at open, before any
-        reader."""
+        reader. Skipped on a full disk (the old file stays correct, only longer)."""
         with self.lock:
-            self.index.compact(floor, self.disk)
+            try:
+                self.index.compact(floor, self.disk)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                log.warning("disk full: index not compacted (%s)", exc)
 
     def next_queue_offsets(self) -> dict[tuple[str, int], int]:
         with self.lock:

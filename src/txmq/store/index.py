@@ -144,9 +144,14 @@ class MessageIndex:
         data = self.handle.pread(self.size, 0)[dead * ENTRY.size :]
         tmp = self.path.with_name(self.path.name + ".tmp")
         out = disk.open(tmp)
-        out.truncate(0)
-        out.pwrite(data, 0)
-        out.sync()
+        try:
+            out.truncate(0)
+            out.pwrite(data, 0)
+            out.sync()
+        except OSError:
+            out.close()
+            disk.remove(tmp)  # a full disk: keep the old file, and no half copy holding space
+            raise
         out.close()
         self.handle.close()
         disk.rename(tmp, self.path)

@@ -465,7 +465,9 @@ class Store:
         """
         self._check_open()
         with self._retention_lock:
-            self.checkpoint()  # Deleted segments must lie below the checkpoint (recovery).
+            # Deleted segments must lie below the checkpoint (recovery). On a full disk the last
+            # checkpoint bounds what goes: retention must still free space then.
+            self._checkpoint_if_room()
             cutoff = self.now_ms() - self.config.retention_ms
             deleted = 0
             while len(self.log.segments) > 1:
