@@ -45,6 +45,7 @@ Spark's Arrow-to-row path and Parquet.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -96,7 +97,7 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, found.group(1)
 
 
-def produce(endpoints: str, n: int, body_bytes: int) -> None:
+def produce(endpoints: str, n: int, body_bytes: int, topic: str = TOPIC) -> None:
     """n plain messages in 64-message requests from 4 threads (they share group commits), each
     thread on its own connection."""
     body = (b"x" * body_bytes)[:body_bytes]
@@ -107,7 +108,7 @@ def produce(endpoints: str, n: int, body_bytes: int) -> None:
             for start in range(k * limits.SEND_BATCH_MAX, n, threads * limits.SEND_BATCH_MAX):
                 count = min(limits.SEND_BATCH_MAX, n - start)
                 keys = (f"k{start + i}" for i in range(count))
-                broker.send([build_message(TOPIC, body, keys=[key]) for key in keys])
+                broker.send([build_message(topic, body, keys=[key]) for key in keys])
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(share, range(threads)))
@@ -208,6 +209,84 @@ def run(spark: Any, reader: Any, work: Path, name: str) -> tuple[float, float]:
     return wall, batches / 1000
 
 
+def bench_sink(spark: Any, endpoints: str, counts: list[int], body_bytes: int) -> dict[str, Any]:
+    """For each count: one transactional batch write of that many rows into a fresh topic
+    (``df.write.format("txmq")``, sinkId/batchId, 2 partitions: one task per core), then the
+    same number of plain batched sends (``produce``) into another fresh topic of the same
+    broker. Returns seconds and rows/s of both, per count."""
+    out: dict[str, Any] = {}
+    # Untimed: Spark's first Python write starts the planner and the tasks' Python workers
+    # (reused afterwards), a one-off cost no batch size pays again.
+    call(endpoints, "TopicCreate", {"name": "bench-sink-warm", "queues": 1, "type": "transaction"})
+    warm = spark.range(0, 10, 1, 2).selectExpr("cast(string(id) AS binary) AS body")
+    warm = warm.write.format("txmq").option("endpoints", endpoints)
+    warm.option("topic", "bench-sink-warm").mode("append").save()
+    for n in counts:
+        sink_topic, plain_topic = f"bench-sink-{n}", f"bench-plain-{n}"
+        call(endpoints, "TopicCreate", {"name": sink_topic, "queues": 4, "type": "transaction"})
+        call(endpoints, "TopicCreate", {"name": plain_topic, "queues": 4})
+        df = spark.range(0, n, 1, 2).selectExpr(
+            f"cast(concat(cast(id AS string), repeat('x', {body_bytes})) AS binary) AS body"
+        )
+        df.count()  # plan and start the executors outside the timing
+        started = time.perf_counter()
+        writer = df.write.format("txmq").option("endpoints", endpoints)
+        writer = writer.option("topic", sink_topic).option("sinkId", "bench")
+        writer.option("batchId", str(n)).mode("append").save()
+        sink_s = time.perf_counter() - started
+        with BrokerClient(endpoints) as broker:
+            stored = sum(hi - lo for lo, hi in broker.queue_ranges(sink_topic))
+        if stored != n:
+            raise SystemExit(f"the sink stored {stored} of {n} rows")
+        started = time.perf_counter()
+        produce(endpoints, n, body_bytes + len(str(n)), plain_topic)
+        plain_s = time.perf_counter() - started
+        out[str(n)] = {
+            "sink_s": sink_s,
+            "plain_s": plain_s,
+            "sink_rows_s": n / sink_s,
+            "plain_rows_s": n / plain_s,
+        }
+        print(
+            f"sink {n:>9,} rows: {sink_s:7.2f}s {n / sink_s:>9,.0f} rows/s | plain batched sends "
+            f"{plain_s:7.2f}s {n / plain_s:>9,.0f} msg/s | sink/plain {plain_s / sink_s:.0%}",
+            flush=True,
+        )
+    return out
+
+
+def source_bench(
+    spark: Any, endpoints: str, work: Path, args: argparse.Namespace, n: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The three read pipelines, best of ``--rounds``: (wall seconds, seconds in batches)."""
+    call(endpoints, "TopicCreate", {"name": TOPIC, "queues": args.queues})
+    t = time.perf_counter()
+    produce(endpoints, n, args.body_bytes)
+    took = time.perf_counter() - t
+    print(f"produced {n} x {args.body_bytes} B into {args.queues} queues in {took:.1f}s")
+    jsonl = work / "rows"
+    if write_jsonl(spark, endpoints, jsonl) != n:
+        raise SystemExit(f"the JSON copy of the topic does not hold {n} rows")
+    with BrokerClient(endpoints) as broker:
+        queues = broker.queue_count(TOPIC)
+    spark.dataSource.register(floor_source(n, queues, args.body_bytes))
+    names = ("txmq", "jsonl", "floor")
+    wall = dict.fromkeys(names, float("inf"))
+    inside = dict.fromkeys(names, float("inf"))
+    for i in range(max(1, min(args.rounds, 5))):
+        topic = spark.readStream.format("txmq").option("endpoints", endpoints)
+        topic = topic.option("topic", TOPIC).option("startingOffsets", "earliest")
+        readers = {
+            "jsonl": spark.readStream.schema(JSON_SCHEMA).json(str(jsonl)),
+            "txmq": topic.load(),
+            "floor": spark.readStream.format("txmq-bench-floor").load(),
+        }
+        for name, reader in readers.items():
+            w, b = run(spark, reader, work, f"{name}{i}")
+            wall[name], inside[name] = min(wall[name], w), min(inside[name], b)
+    return wall, inside
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=MESSAGES_MAX)
@@ -219,46 +298,63 @@ def main() -> None:
         default=2,
         help="queues of the topic: one input partition each (default: one per core of local[2])",
     )
+    ap.add_argument(
+        "--sink-rows",
+        default="10000,100000",
+        help="rows of each sink batch write, comma-separated (each also sent as plain batches)",
+    )
+    ap.add_argument("--part", choices=("all", "source", "sink"), default="all")
     args = ap.parse_args()
     n = min(args.messages, MESSAGES_MAX)
+    sink_rows = [min(int(c), MESSAGES_MAX) for c in args.sink_rows.split(",") if c.strip()]
+    summary: dict[str, Any] = {"bench": "spark", "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as tmp:
         work = Path(tmp)
         proc, endpoints = start_broker(work / "broker")
         try:
-            call(endpoints, "TopicCreate", {"name": TOPIC, "queues": args.queues})
-            t = time.perf_counter()
-            produce(endpoints, n, args.body_bytes)
-            took = time.perf_counter() - t
-            print(f"produced {n} x {args.body_bytes} B into {args.queues} queues in {took:.1f}s")
             spark = local_session("txmq-bench", **{"spark.sql.shuffle.partitions": "2"})
-            jsonl = work / "rows"
-            if write_jsonl(spark, endpoints, jsonl) != n:
-                raise SystemExit(f"the JSON copy of the topic does not hold {n} rows")
-            with BrokerClient(endpoints) as broker:
-                queues = broker.queue_count(TOPIC)
-            spark.dataSource.register(floor_source(n, queues, args.body_bytes))
-            names = ("txmq", "jsonl", "floor")
-            wall = dict.fromkeys(names, float("inf"))
-            inside = dict.fromkeys(names, float("inf"))
-            for i in range(max(1, min(args.rounds, 5))):
-                topic = spark.readStream.format("txmq").option("endpoints", endpoints)
-                topic = topic.option("topic", TOPIC).option("startingOffsets", "earliest")
-                readers = {
-                    "jsonl": spark.readStream.schema(JSON_SCHEMA).json(str(jsonl)),
-                    "txmq": topic.load(),
-                    "floor": spark.readStream.format("txmq-bench-floor").load(),
-                }
-                for name, reader in readers.items():
-                    w, b = run(spark, reader, work, f"{name}{i}")
-                    wall[name], inside[name] = min(wall[name], w), min(inside[name], b)
+            if args.part != "sink":
+                wall, inside = source_bench(spark, endpoints, work, args, n)
+                summary.update(source_report(n, args.queues, wall, inside))
+            if args.part != "source":
+                summary["sink"] = bench_sink(spark, endpoints, sink_rows, args.body_bytes)
+                summary.update(sink_report(summary["sink"]))
             spark.stop()
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    report(n, args.queues, wall, inside)
+    summary["load_after"] = os.getloadavg()
+    print(
+        f"load average (1, 5, 15 min): before {summary['load_before']}, after "
+        f"{summary['load_after']} on {os.cpu_count()} cores"
+    )
+    print(json.dumps(summary))
 
 
-def report(n: int, queues: int, wall: dict[str, float], inside: dict[str, float]) -> None:
+def sink_report(rows: dict[str, Any]) -> dict[str, Any]:
+    """Sink / plain rate per count, and time growth against row growth between counts."""
+    out: dict[str, Any] = {}
+    counts = sorted(int(k) for k in rows)
+    for k in counts:
+        r = rows[str(k)]
+        out[f"sink_ratio_{k}"] = r["sink_rows_s"] / r["plain_rows_s"]
+    for small, big in itertools.pairwise(counts):
+        grew = rows[str(big)]["sink_s"] / rows[str(small)]["sink_s"]
+        out[f"sink_time_growth_{small}_{big}"] = grew
+        print(
+            f"sink: {big / small:.0f}x rows took {grew:.1f}x time "
+            f"(goal <= {1.1 * big / small:.0f}x)"
+        )
+    print(
+        "goal: sink >= 50% of plain batched sends: "
+        + ", ".join(f"{k:,}: {out[f'sink_ratio_{k}']:.0%}" for k in counts)
+    )
+    return out
+
+
+def source_report(
+    n: int, queues: int, wall: dict[str, float], inside: dict[str, float]
+) -> dict[str, Any]:
     labels = {"txmq": "txmq topic", "jsonl": "JSON lines", "floor": "null Python source"}
     print(f"{'source -> parquet':<26} {'wall rows/s':>12} {'in batches rows/s':>18}")
     for k, label in labels.items():
@@ -277,19 +373,14 @@ def report(n: int, queues: int, wall: dict[str, float], inside: dict[str, float]
         f"{inside['jsonl'] / inside['floor']:.0%} in batches (the most a Python Data Source "
         "reaches here)"
     )
-    print(
-        json.dumps(
-            {
-                "bench": "spark",
-                "messages": n,
-                "queues": queues,
-                "wall_s": wall,
-                "in_batches_s": inside,
-                "ratio_wall": ratio,
-                "ratio_in_batches": steady,
-            }
-        )
-    )
+    return {
+        "messages": n,
+        "queues": queues,
+        "wall_s": wall,
+        "in_batches_s": inside,
+        "ratio_wall": ratio,
+        "ratio_in_batches": steady,
+    }
 
 
 if __name__ == "__main__":

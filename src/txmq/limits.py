@@ -340,3 +340,19 @@ assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS
 DEMO_DLQ_PROBE_MAX: Final = 25
 # Ids listed per mismatch kind in the reconciliation report (the counts are always complete).
 DEMO_REPORT_IDS_MAX: Final = 1000
+# --- Spark sink bundles (issue 21). ---------------------------------------------------------
+# A bundle (many messages in one transaction, txn/bundle.py) is one half record: its bytes stay
+# well below the default body size limit (4 MiB) so that limit need not be raised for it, and a
+# task with a few in flight holds a few MiB. Messages per bundle: an append_many counts a batch
+# in a u16, and 8,192 records of ~128 bytes still fit in these bytes.
+SINK_BUNDLE_BYTES_MAX: Final = 1 * MiB
+SINK_BUNDLE_MESSAGES_MAX: Final = 8192
+assert SINK_BUNDLE_BYTES_MAX <= BODY_SIZE_MAX_DEFAULT
+assert SINK_BUNDLE_MESSAGES_MAX < 65536
+# A sink task waits out the broker's back-pressure (disk watermark, pending transactions at
+# their maximum, broker restarting) with doubling pauses up to this long in all, then fails.
+SINK_BUSY_RETRY_S_MAX: Final = 300.0
+SINK_BUSY_BACKOFF_S_MIN: Final = 0.05
+SINK_BUSY_BACKOFF_S_MAX: Final = 5.0
+# Bundles a sink task fills at once (one per topic its rows go to); more topics flush them all.
+SINK_OPEN_BUNDLES_MAX: Final = 16

@@ -79,9 +79,15 @@ def test_bench_spark_reports_both_rates(tmp_path: Path) -> None:
     problem = java_problem()
     if problem is not None:
         pytest.skip(problem)
-    out = run_bench("bench_spark.py", "--messages", "300", "--rounds", "1", tmp=tmp_path)
+    out = run_bench(
+        "bench_spark.py",
+        *("--messages", "300", "--rounds", "1", "--sink-rows", "100,1000"),
+        tmp=tmp_path,
+    )
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["messages"] == 300
+    assert set(summary["sink"]) == {"100", "1000"}, "the sink beside plain batched sends"
+    assert summary["sink_ratio_1000"] > 0 and summary["sink_time_growth_100_1000"] > 0
     assert set(summary["wall_s"]) == set(summary["in_batches_s"]) == {"txmq", "jsonl", "floor"}
     assert summary["ratio_wall"] > 0 and summary["ratio_in_batches"] > 0
 

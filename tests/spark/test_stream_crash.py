@@ -90,6 +90,9 @@ def test_transactional_sink_is_exactly_once_across_killed_drivers(
         f"sink-out-{len(failpoints)}",
     )
     made = produce(ep, src, 120, seed + 1, prefix="s")
+    from txmq.cli.admin_client import call
+
+    call(ep, "TopicCreate", {"name": dst, "queues": 2, "type": "transaction"})
     args = ("to-topic", ep, src, dst, str(tmp_path / "ckpt"), "30")  # 4 micro-batches
     for failpoint in failpoints:
         code, tail = finish(start_child(*args, failpoint=failpoint))

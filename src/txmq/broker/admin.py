@@ -172,7 +172,9 @@ def refusal(exc: Exception, method: str) -> dict[str, Any]:
     if isinstance(exc, OSError) and is_disk_full(exc):
         exc = DiskFullError(str(exc))  # a state file did not fit: the log's refusal
     if isinstance(exc, TxmqError):
-        return {"ok": False, "code": exc.code, "error": str(exc)}
+        # "retriable": the caller may try again after a pause (back-pressure, e.g. the disk
+        # watermark), which the wire code alone does not say.
+        return {"ok": False, "code": exc.code, "error": str(exc), "retriable": exc.retriable}
     if isinstance(exc, (KeyError, ValueError, TypeError)):
         return {"ok": False, "code": CODE_BAD_REQUEST, "error": f"bad request: {exc!r}"}
     # A bug, not a refusal: logged with its traceback here, and reported to the caller as an

@@ -28,6 +28,7 @@ from txmq import limits, malloc
 from txmq.broker import cluster_file
 from txmq.broker.admin import add_admin
 from txmq.broker.auth import Guard, open_broker_notice, read_acl_file
+from txmq.broker.bundles import add_bundles
 from txmq.broker.checkback import CheckBack
 from txmq.broker.cluster_file import ClusterFile, Member
 from txmq.broker.config import BrokerConfig
@@ -195,6 +196,7 @@ def _add_services(
     add_messaging_service(servicer, server)
     add_admin(server, parts, servicer)
     add_data(server, parts, servicer)
+    add_bundles(server, parts, servicer)
     return consume, servicer
 
 

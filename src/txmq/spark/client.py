@@ -1,6 +1,7 @@
 """A small synchronous client of the broker for the Spark connector, over gRPC only.
 
 Owns: the v2 calls the connector needs (QueryRoute, QueryOffset, SendMessage, EndTransaction),
+PrepareBundle (many messages as one transaction, for the sink; broker/bundles.py),
 the record pull of the data channel (txmq.data.v1, broker/data.py: many records per reply,
 where the v2 PullMessage streams one per item), one admin call (MessageFind, to read the sink
 ledger by key: the v2 protocol has no lookup by key), the ``x-mq-*`` metadata, bounded
@@ -275,8 +276,13 @@ class BrokerClient:
     def _data(self, method: str, args: dict[str, Any]) -> tuple[dict[str, Any], memoryview]:
         """Call the data channel: (the reply's JSON header, the bytes after it). A refusal
         raises its typed error (``errors.from_code``)."""
+        return self._data_raw(method, json.dumps(args).encode())
+
+    def _data_raw(self, method: str, body: bytes) -> tuple[dict[str, Any], memoryview]:
+        """``_data`` with the request body as given. A refusal the broker marks retriable
+        (back-pressure: disk above its watermark, too many pending transactions) raises an
+        error whose ``retriable`` is true, whatever its class says."""
         rpc = self.channel.unary_unary(f"/{DATA_SERVICE}/{method}")
-        body = json.dumps(args).encode()
         raw = self._retrying(
             method, lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s)
         )
@@ -293,7 +299,9 @@ class BrokerClient:
             code = int(header.get("code", errors.CODE_INTERNAL_ERROR))
             if code == errors.CODE_OK:
                 raise RemoteProtocolError(f"{method} refused without an error code")
-            raise errors.from_code(code, str(header.get("error", "")))
+            exc = errors.from_code(code, str(header.get("error", "")))
+            exc.retriable = bool(header.get("retriable")) or exc.retriable
+            raise exc
         return header, view[4 + n :]
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
@@ -349,6 +357,23 @@ class BrokerClient:
             for m, e in zip(messages, reply.entries, strict=True)
         ]
 
+    def prepare_bundle(
+        self, topic: str, messages: Sequence[bytes], properties: Mapping[str, str]
+    ) -> SentHalf:
+        """Store ``messages`` (each from ``txn.bundle.encode_message``) as ONE transaction, a
+        half message that EndTransaction decides as a whole (PrepareBundle, broker/bundles.py).
+
+        A refusal with ``retriable`` true is the broker pushing back (disk watermark, too many
+        pending transactions): the caller pauses and retries."""
+        head = json.dumps(
+            {"topic": topic, "count": len(messages), "properties": dict(properties)}
+        ).encode()
+        body = b"".join([_HEADER_LENGTH.pack(len(head)), head, *messages])
+        header, _ = self._data_raw("PrepareBundle", body)
+        if header.get("count") != len(messages) or not header.get("transaction_id"):
+            raise RemoteProtocolError(f"PrepareBundle answered {header!r}")
+        return SentHalf(topic, str(header["message_id"]), str(header["transaction_id"]))
+
     def end_transaction(self, half: SentHalf, *, commit: bool) -> None:
         """Commit or roll back one half message. Idempotent; a contradicting earlier decision
         (say check-back rolled it back after its maximum checks) raises
@@ -364,7 +389,28 @@ class BrokerClient:
         reply = self._unary("EndTransaction", req)
         raise_for_status(reply.status)
 
-    # --- Admin channel: lookup by key. --------------------------------------------------------
+    # --- Admin channel: lookup by key, topic creation. ----------------------------------------
+
+    def create_topic(self, name: str, queues: int, kind: str) -> None:
+        """Create ``name`` (admin TopicCreate) unless it exists: for the sink's own ledger
+        topic, on a broker that does not create topics on first use."""
+        rpc = self.channel.unary_unary(f"/{ADMIN_SERVICE}/TopicCreate")
+        args = json.dumps({"name": name, "queues": queues, "type": kind}).encode()
+        raw = self._retrying(
+            "TopicCreate", lambda: rpc(args, metadata=self.metadata(), timeout=self.timeout_s)
+        )
+        reply = json.loads(raw)
+        if not reply.get("ok") and name not in self.topics_named(name):
+            code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
+            raise errors.from_code(code, str(reply.get("error", "")))
+
+    def topics_named(self, name: str) -> set[str]:
+        """{name} if the topic exists, else the empty set (QueueOffsets never creates one)."""
+        try:
+            self.queue_ranges(name)
+        except errors.TopicNotFoundError:
+            return set()
+        return {name}
 
     def cluster_members(self) -> list[str]:
         """The endpoint of every member of the cluster this broker belongs to, in cluster-file

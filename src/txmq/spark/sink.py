@@ -4,10 +4,13 @@ Owns: checking the written DataFrame's columns, the tasks' sends of half message
 driver's commit/abort, which make a batch visible exactly once through the sink ledger (format
 and theory of operation in txmq.txn.ledger, which the broker's check-back also reads).
 
-- A task sends its rows as transactional half messages, tagged with (query, batch, partition,
-  attempt), and returns ``SentHalves`` listing their transaction ids. Nothing is visible yet.
+- A task sends its rows as bundles (txn/bundle.py: up to SINK_BUNDLE_BYTES_MAX of rows in ONE
+  transaction, one half record, one durable write), tagged with (query, batch, partition,
+  attempt), and returns ``SentHalves`` listing the bundles' transaction ids. Nothing is
+  visible yet. A busy broker (disk watermark, too many pending transactions) is waited out.
 - The driver's ``commit`` looks the batch up in the ledger. Not there: it appends the ledger
-  record listing the transactions it commits, then commits each one. Already there (Spark
+  record listing the transactions it commits, then commits each one (a bundle's commit makes
+  all its rows visible in one append). Already there (Spark
   re-runs the last batch after a driver crash between this commit and its own commit record):
   it rolls back this run's copies. A driver that dies between the ledger record and its
   decisions leaves them to check-back, which commits exactly what the ledger lists.
@@ -28,9 +31,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -48,6 +53,7 @@ from txmq.spark import options as opt
 from txmq.spark.client import BrokerClient, SentHalf
 from txmq.spark.client import build_message as _message
 from txmq.spark.options import SchemaError, TxmqOptionError
+from txmq.txn import bundle
 from txmq.txn.ledger import (
     LEDGER_TOPIC,
     PROP_SINK_ATTEMPT,
@@ -58,8 +64,8 @@ from txmq.txn.ledger import (
     ledger_key,
 )
 
-# SendMessage requests one task keeps in flight, so its halves share the broker's group-commit
-# fsyncs instead of paying one each.
+# Bundles one task keeps in flight (PrepareBundle), so its writes share the broker's group-commit
+# fsyncs and the broker works while the task encodes the next bundle.
 SENDS_IN_FLIGHT: Final = 4
 # EndTransaction calls the driver keeps in flight, for the same reason.
 DECISIONS_IN_FLIGHT: Final = 16
@@ -149,30 +155,35 @@ class _Sink:
         self.batch_id = opts.get("batchid", "").strip() or uuid.uuid4().hex
         ledger_key(self.sink_id, self.batch_id)  # checks both now, not in every task
 
-    def _message(self, row: dict[str, Any], tags: dict[str, str]) -> Any:
+    def _encode(self, row: dict[str, Any], born_ms: int) -> tuple[str, bytes]:
+        """One row as (topic, message of a bundle). Raises SchemaError for a row no topic
+        could take."""
         body, keys, props = row["body"], row["keys"], row["properties"] or []
         if body is None or len(body) == 0:
             raise SchemaError("the txmq sink cannot send a row with a null or empty body")
         user = {str(k): str(v) for k, v in props if v is not None}
         if _SINK_PROPS & user.keys():
             raise SchemaError(f"properties {sorted(_SINK_PROPS)} are reserved for the sink")
-        user.update(tags)
         # As in Spark's Kafka sink, the topic option wins over a topic column, so a txmq read
         # (which has one) can be written to another topic.
         topic = self.topic or row["topic"]
         if not topic:
             raise SchemaError("a row has a null topic and the txmq sink has no option 'topic'")
-        return _message(
+        return topic, bundle.encode_message(
             topic,
             body.encode() if isinstance(body, str) else bytes(body),
+            message_id=uuid.uuid4().hex.upper(),
             keys=[keys] if isinstance(keys, str) else [k for k in keys or [] if k],
             tag=row["tag"] or "",
             properties=user,
-            transactional=True,
+            born_timestamp_ms=born_ms,
         )
 
     def send_halves(self, batches: Iterator[pa.RecordBatch], query: str, batch: str) -> SentHalves:
-        """Executor side: send every row as a half message; nothing becomes visible."""
+        """Executor side: send the rows as bundles (txn/bundle.py: one transaction, one half
+        record and one durable write per bundle); nothing becomes visible. One connection per
+        task; at most SENDS_IN_FLIGHT bundles in flight and SINK_OPEN_BUNDLES_MAX being filled,
+        so a task holds a bounded number of bytes whatever its rows."""
         ctx = TaskContext.get()
         part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
         tags = {
@@ -182,22 +193,36 @@ class _Sink:
             PROP_SINK_ATTEMPT: str(attempt),
         }
         out = SentHalves(query, batch, part, attempt)
+        born_ms = int(time.time() * 1000)
         with (
             BrokerClient(self.endpoints, security=self.security) as broker,
             ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool,
         ):
-            futures = []
-            chunk: list[Any] = []
+            sending: deque[Future[SentHalf]] = deque()
+
+            def ship(topic: str, messages: list[bytes]) -> None:
+                while len(sending) >= SENDS_IN_FLIGHT:  # in order; a failure fails the task
+                    out.halves.append(sending.popleft().result())
+                sending.append(pool.submit(_prepare, broker, topic, messages, tags))
+
+            filling: dict[str, _Filling] = {}
             for rb in batches:
                 for row in _rows(rb):
-                    chunk.append(self._message(row, tags))
-                    if len(chunk) == limits.SEND_BATCH_MAX:
-                        futures.append(pool.submit(broker.send, chunk))
-                        chunk = []
-            if chunk:
-                futures.append(pool.submit(broker.send, chunk))
-            for f in futures:  # in order; the first failure fails the task
-                out.halves.extend(f.result())
+                    topic, message = self._encode(row, born_ms)
+                    got = filling.setdefault(topic, _Filling())
+                    if not got.fits(message):
+                        ship(topic, got.messages)
+                        got = filling[topic] = _Filling()
+                    got.add(message)
+                    if len(filling) > limits.SINK_OPEN_BUNDLES_MAX:
+                        for t, f in filling.items():
+                            ship(t, f.messages)
+                        filling.clear()
+            for t, f in filling.items():
+                if f.messages:
+                    ship(t, f.messages)
+            while sending:
+                out.halves.append(sending.popleft().result())
         return out
 
     def commit_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
@@ -214,7 +239,7 @@ class _Sink:
                     frozenset(h.transaction_id for m in sent for h in m.halves),
                     tuple(sorted((m.partition, m.attempt) for m in sent)),
                 )
-                broker.send([_message(LEDGER_TOPIC, entry.encode(), keys=[entry.key])])
+                _append_ledger(broker, entry)
                 _failpoint("after-ledger", batch)
                 committed = entry.committed
             _decide(broker, sent, committed, query, batch)
@@ -229,6 +254,46 @@ class _Sink:
             _decide(broker, sent, committed, query, batch)
 
 
+@dataclass
+class _Filling:
+    """A bundle being filled: messages and their bytes."""
+
+    messages: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+    def fits(self, message: bytes) -> bool:
+        """Whether ``message`` joins this bundle (an empty bundle takes any one message: the
+        broker refuses one larger than its bounds, naming them)."""
+        return not self.messages or (
+            self.size + len(message) <= limits.SINK_BUNDLE_BYTES_MAX
+            and len(self.messages) < limits.SINK_BUNDLE_MESSAGES_MAX
+        )
+
+    def add(self, message: bytes) -> None:
+        self.messages.append(message)
+        self.size += len(message)
+
+
+def _prepare(
+    broker: BrokerClient, topic: str, messages: list[bytes], tags: Mapping[str, str]
+) -> SentHalf:
+    """PrepareBundle, waiting out back-pressure: a busy broker (disk above its watermark, too
+    many pending transactions) or one that does not answer is asked again after doubling
+    pauses, for up to SINK_BUSY_RETRY_S_MAX. A bundle stored twice (an answer lost) is never
+    listed in the ledger, so check-back rolls the stray copy back."""
+    deadline = time.monotonic() + limits.SINK_BUSY_RETRY_S_MAX
+    pause = limits.SINK_BUSY_BACKOFF_S_MIN
+    while True:  # bounded by the deadline: each turn sleeps at least SINK_BUSY_BACKOFF_S_MIN
+        try:
+            return broker.prepare_bundle(topic, messages, tags)
+        except errors.TxmqError as exc:
+            busy = exc.retriable or isinstance(exc, errors.BrokerUnavailableError)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # back-pressure: the broker said "later", without an event to wait on
+        pause = min(pause * 2, limits.SINK_BUSY_BACKOFF_S_MAX)
+
+
 def _sent(messages: Sequence[Any], query: str, batch: str) -> list[SentHalves]:
     sent = [m for m in messages if isinstance(m, SentHalves)]
     for m in sent:
@@ -237,6 +302,17 @@ def _sent(messages: Sequence[Any], query: str, batch: str) -> list[SentHalves]:
             f"task report for {m.query}:{m.batch} reached the commit of {query}:{batch}",
         )
     return sent
+
+
+def _append_ledger(broker: BrokerClient, entry: LedgerEntry) -> None:
+    """Append the batch's ledger record, creating the ledger topic first on a broker that does
+    not create topics on first use."""
+    record = _message(LEDGER_TOPIC, entry.encode(), keys=[entry.key])
+    try:
+        broker.send([record])
+    except errors.TopicNotFoundError:
+        broker.create_topic(LEDGER_TOPIC, 1, "normal")
+        broker.send([record])
 
 
 def _ledger(broker: BrokerClient, query: str, batch: str) -> list[LedgerEntry]:

@@ -330,7 +330,7 @@ class Transactions(TxnViews):
             "a decision must point at its own half record",
         )
         if outcome is Outcome.COMMITTED:
-            return self.store.append_many_nowait([records.commit_draft(half, source)])
+            return self.store.append_many_nowait(records.commit_drafts(half, source))
         return self.store.append_many_nowait(records.rollback_drafts(txn, source, half))
 
     # --- Check-back. ---------------------------------------------------------------------------

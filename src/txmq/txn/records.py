@@ -8,9 +8,10 @@ Records (every one carries the transaction id in PROP_TRANSACTION_ID):
 - half: topic HALF_TOPIC, queue 0, flag PREPARED; real topic/queue in PROP_REAL_TOPIC and
   PROP_REAL_QUEUE_ID, PROP_PRODUCER_GROUP, PROP_CLIENT_ID, and PROP_CHECK_IMMUNITY_MS (in
   milliseconds, despite RocketMQ's property name) when the producer asked for one.
-- commit: the real message in its real topic/queue, flag COMMIT, prepared_offset = half offset,
-  same message id and user properties (so a delay property travels with it), the transaction id
-  kept, PROP_DECISION_SOURCE added. One append is both the durable decision and the visibility.
+- commit: the real message in its real topic/queue (every message of a bundle half:
+  txn/bundle.py), flag COMMIT, prepared_offset = half offset, same message id and user
+  properties (so a delay property travels with it), the transaction id kept,
+  PROP_DECISION_SOURCE added. One append is both the durable decision and the visibility.
 - rollback: topic OP_TOPIC, flag ROLLBACK, prepared_offset = half offset, PROP_DECISION_SOURCE.
 - check: topic OP_TOPIC, flag NORMAL, PROP_CHECK_NUMBER = n: "check n of this transaction was
   sent", so check counts survive a crash.
@@ -44,6 +45,7 @@ from txmq.model import (
     TxnFlag,
     message_draft,
 )
+from txmq.txn import bundle
 from txmq.txn.book import Decided, Txn, TxnBook, TxnState
 
 SNAPSHOT_VERSION = 2
@@ -137,6 +139,25 @@ def commit_draft(half: Record, source: DecisionSource) -> RecordDraft:
         properties=props,
         flag=TxnFlag.COMMIT,
         prepared_offset=half.physical_offset,
+    )
+
+
+def commit_drafts(half: Record, source: DecisionSource) -> list[RecordDraft]:
+    """The records committing ``half``: its message, or every message of a bundle half
+    (txn/bundle.py), appended together."""
+    if bundle.PROP_BUNDLE not in half.properties:
+        return [commit_draft(half, source)]
+    props = {
+        k: v
+        for k, v in half.properties.items()
+        if k not in _HALF_ONLY_PROPS and k != bundle.PROP_BUNDLE
+    }
+    props[PROP_DECISION_SOURCE] = source.value
+    return bundle.commit_drafts(
+        half,
+        props,
+        topic=half.properties[PROP_REAL_TOPIC],
+        queue_id=int(half.properties[PROP_REAL_QUEUE_ID]),
     )
 
 
