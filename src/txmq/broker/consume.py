@@ -226,7 +226,12 @@ class ConsumeRpcs:
                 else:
                     got, dead = await self.run(receive)
                 for letter in dead:
-                    await self.run(self.dead_letter, letter)
+                    try:
+                        await self.run(self.dead_letter, letter)
+                    except errors.DiskFullError as exc:
+                        # Held, not lost (the book re-leases it; the sweep retries once there
+                        # is room): a full disk must not stop deliveries, which only read.
+                        log.warning("dead letter of %s postponed: %s", group, exc)
                 return got
 
             got = await self._long_poll(
