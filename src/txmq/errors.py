@@ -366,6 +366,13 @@ class BrokerUnavailableError(TxmqError):
         self.reason = reason
 
 
+class CoordinationError(TxmqError):
+    """etcd (leadership and fencing of replica groups) is unreachable, refused a call or is
+    missing; the broker cannot lead or follow until it answers."""
+
+    retriable = True
+
+
 class BrokerRefusedError(TxmqError):
     """The broker refused a request with a status code no class of this tree names (``code``
     is that wire code); ``from_code`` builds it."""

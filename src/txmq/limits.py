@@ -356,3 +356,40 @@ SINK_BUSY_BACKOFF_S_MIN: Final = 0.05
 SINK_BUSY_BACKOFF_S_MAX: Final = 5.0
 # Bundles a sink task fills at once (one per topic its rows go to); more topics flush them all.
 SINK_OPEN_BUNDLES_MAX: Final = 16
+# --- Replication (replica groups led through etcd; docs/adr/0019-replication-leadership.md). --
+# Replicas in one group: each follower fetches from the leader, so the leader's read load grows
+# with this; 5 survives two losses with a majority left, which is what operators run.
+REPLICAS_MAX: Final = 5
+# TTL of a leader's etcd lease. etcd refuses leases shorter than 1.5 x its election timeout
+# (2 s with its defaults); 3 s lets a leader miss one keepalive, and a dead leader's group has a
+# new one within ~TTL + REPLICA_OBSERVE_PERIOD_MS (< 10 s, issue 19's failover bound).
+REPLICA_LEASE_TTL_MS: Final = 3_000
+# A leader stops acknowledging this long before its lease would expire by its own clock
+# (measured from when it *sent* the grant or keepalive, so etcd's expiry is later still): the
+# margin covers clock-rate drift and a keepalive answer that arrives late.
+REPLICA_LEASE_SAFETY_MS: Final = 750
+# A leader renews its lease this often: three tries inside one TTL.
+REPLICA_KEEPALIVE_PERIOD_MS: Final = 1_000
+# A follower reads its group's leader key this often (and campaigns once it is gone).
+REPLICA_OBSERVE_PERIOD_MS: Final = 500
+# A follower that has not reached the leader's end offset for this long leaves the in-sync set
+# (Kafka's replica.lag.time.max.ms, shorter because our groups are local or on a LAN).
+REPLICA_LAG_MAX_MS: Final = 2_000
+# Deadline of one HTTP call to etcd's JSON gateway: a leader must notice an unreachable etcd
+# well inside its lease (three keepalive periods).
+ETCD_CALL_TIMEOUT_MS: Final = 1_000
+# A local etcd started by `txmq cluster up` (or a test) must answer within this long.
+ETCD_START_TIMEOUT_MS: Final = 15_000
+# Bytes of one etcd gateway answer we read: a range of one key or a lease call is tiny.
+ETCD_RESPONSE_SIZE_MAX: Final = 1 * MiB
+assert REPLICA_LEASE_SAFETY_MS + 2 * REPLICA_KEEPALIVE_PERIOD_MS <= REPLICA_LEASE_TTL_MS
+assert ETCD_CALL_TIMEOUT_MS <= REPLICA_KEEPALIVE_PERIOD_MS
+assert REPLICA_OBSERVE_PERIOD_MS < REPLICA_LEASE_TTL_MS
+# Bytes one follower fetch ships (whole batches, so a little more when a batch straddles it):
+# large enough that a catching-up follower moves ~tens of MiB/s at a fetch per few ms, small
+# enough to hold in memory once per follower.
+REPLICA_FETCH_BYTES_MAX: Final = 1 * MiB
+# Records scanned per fetch: more than any write batch (SEND_BATCH_MAX messages, or a
+# transaction book's decision batch), so a fetch normally ends on a batch boundary.
+REPLICA_FETCH_RECORDS_MAX: Final = 4_096
+assert SEND_BATCH_MAX < REPLICA_FETCH_RECORDS_MAX

@@ -1,0 +1,179 @@
+"""Leadership of one replica group and its in-sync set, sans-I/O (h11 style).
+
+Owns: what a replica should do next about leadership (``Election.next_step``) given what etcd
+answered (``granted``, ``kept_alive``, ``observed``) and the time, all passed in; whether this
+replica may acknowledge a write right now (``may_acknowledge``); the in-sync set of a group and
+the offset the group has durable (``InSync``). The rules are ADR 0019's.
+Must not: do I/O, read a clock or know etcd's wire format (etcd.py and leadership.py do).
+
+Fencing rests on one inequality. A lease granted or renewed by a request *sent* at local time
+``t`` expires in etcd no earlier than ``t + ttl`` of etcd's clock; this replica considers itself
+leader only until ``t + ttl - REPLICA_LEASE_SAFETY_MS`` of its own clock. So when etcd lets
+another replica take the leader key, this one has already stopped acknowledging, however long
+it was paused: a resumed process sees its deadline passed before it looks at anything else.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from txmq import limits
+from txmq.errors import invariant
+
+
+class Step(enum.Enum):
+    GRANT = "grant"  # ask etcd for a lease (we hold none, or ours lapsed)
+    CAMPAIGN = "campaign"  # compare-and-put the leader key with our lease
+    KEEPALIVE = "keepalive"  # renew the lease we lead with
+    OBSERVE = "observe"  # read the leader key
+    WAIT = "wait"  # nothing is due before ``Election.due_ms``
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Who leads a group and since which etcd revision (the epoch: every later leader's is
+    higher, because etcd's revisions only grow)."""
+
+    name: str
+    endpoint: str
+    epoch: int
+
+
+class Election:
+    """One replica's view of its group's leadership."""
+
+    def __init__(self, me: str, *, ttl_ms: int = limits.REPLICA_LEASE_TTL_MS) -> None:
+        invariant(ttl_ms > limits.REPLICA_LEASE_SAFETY_MS, "lease TTL must exceed its margin")
+        self.me = me
+        self.ttl_ms = ttl_ms
+        self.lease_id: int | None = None
+        self.lease_deadline_ms = 0  # our own clock; 0 = no lease
+        self.leader: Leader | None = None
+        self.observed_ms: int | None = None  # when the leader key was last read
+        self.renewed_ms = 0  # when our last keepalive (or grant) was sent
+        self.due_ms = 0
+
+    # --- What to do next. ---------------------------------------------------------------------
+
+    def leads(self, now_ms: int) -> bool:
+        """We hold the leader key and our lease has not lapsed by our own clock."""
+        return (
+            self.leader is not None
+            and self.leader.name == self.me
+            and self.lease_id is not None
+            and now_ms < self.lease_deadline_ms
+        )
+
+    def may_acknowledge(self, now_ms: int) -> bool:
+        """A write may be acknowledged as this group's now: we lead by ``leads``."""
+        return self.leads(now_ms)
+
+    def next_step(self, now_ms: int) -> Step:
+        if self.lease_id is not None and now_ms >= self.lease_deadline_ms:
+            self._lapse()
+        if self.leads(now_ms):
+            if now_ms - self.renewed_ms >= limits.REPLICA_KEEPALIVE_PERIOD_MS:
+                return Step.KEEPALIVE
+            self.due_ms = self.renewed_ms + limits.REPLICA_KEEPALIVE_PERIOD_MS
+            return Step.WAIT
+        seen = self.observed_ms
+        if seen is None or now_ms - seen >= limits.REPLICA_OBSERVE_PERIOD_MS:
+            return Step.OBSERVE
+        if self.leader is None:
+            return Step.CAMPAIGN if self.lease_id is not None else Step.GRANT
+        self.due_ms = seen + limits.REPLICA_OBSERVE_PERIOD_MS
+        return Step.WAIT
+
+    # --- What etcd answered. ------------------------------------------------------------------
+
+    def granted(self, sent_ms: int, lease_id: int, ttl_ms: int) -> None:
+        """etcd granted lease ``lease_id`` for ``ttl_ms`` to a request sent at ``sent_ms``."""
+        invariant(ttl_ms > 0, "a granted lease has a TTL")
+        self.lease_id = lease_id
+        self._extend(sent_ms, ttl_ms)
+
+    def kept_alive(self, sent_ms: int, ttl_ms: int) -> None:
+        """A keepalive sent at ``sent_ms`` was answered with ``ttl_ms`` (0: the lease is gone)."""
+        if ttl_ms <= 0:
+            self._lapse()
+            return
+        self._extend(sent_ms, ttl_ms)
+
+    def observed(self, now_ms: int, leader: Leader | None) -> None:
+        """The leader key holds ``leader`` (None: no key; the group has no leader)."""
+        if leader is not None and self.leader is not None:
+            invariant(
+                leader.epoch >= self.leader.epoch or self.leader.name == self.me,
+                f"epochs only grow: saw {leader.epoch} after {self.leader.epoch}",
+            )
+        was_me = self.leader is not None and self.leader.name == self.me
+        if was_me and (leader is None or leader.name != self.me):
+            self._lapse()  # our key is gone or someone else's: etcd expired our lease
+        self.leader = leader
+        self.observed_ms = now_ms
+
+    def unreachable(self, now_ms: int) -> None:
+        """etcd did not answer: try again after an observe period; a leader keeps leading only
+        until its own deadline."""
+        self.observed_ms = now_ms
+        self.renewed_ms = min(self.renewed_ms, now_ms)
+
+    def _extend(self, sent_ms: int, ttl_ms: int) -> None:
+        self.renewed_ms = sent_ms
+        self.lease_deadline_ms = max(
+            self.lease_deadline_ms, sent_ms + ttl_ms - limits.REPLICA_LEASE_SAFETY_MS
+        )
+
+    def _lapse(self) -> None:
+        self.lease_id = None
+        self.lease_deadline_ms = 0
+        if self.leader is not None and self.leader.name == self.me:
+            self.leader = None
+        self.observed_ms = None  # read the key again before anything else
+
+
+@dataclass
+class Follower:
+    fetched_to: int = 0  # every byte below this offset is durable on the follower
+    caught_up_ms: int = 0  # last time fetched_to reached the leader's end offset
+
+
+class InSync:
+    """The leader's in-sync set (ADR 0019): the leader, and each follower whose fetch reached
+    the leader's log end within the last ``lag_max_ms``. A follower's fetch from offset ``o``
+    says it holds every byte below ``o`` durable, so the group holds durable every byte below
+    the ``min_insync``-th highest such offset (the leader counting with its own durable end)."""
+
+    def __init__(
+        self, followers: list[str], now_ms: int, *, lag_max_ms: int = limits.REPLICA_LAG_MAX_MS
+    ) -> None:
+        invariant(len(followers) < limits.REPLICAS_MAX, "too many followers")
+        self.lag_max_ms = lag_max_ms
+        # A new leader counts its followers in sync until lag_max_ms passes without them.
+        self.followers = {name: Follower(0, now_ms) for name in followers}
+
+    def fetched(self, name: str, offset: int, leader_end: int, now_ms: int) -> None:
+        f = self.followers[name]
+        invariant(offset <= leader_end, f"{name} fetched past the leader's end")
+        f.fetched_to = max(f.fetched_to, offset)
+        if offset >= leader_end:
+            f.caught_up_ms = now_ms
+
+    def members(self, now_ms: int) -> list[str]:
+        return [n for n, f in self.followers.items() if now_ms - f.caught_up_ms <= self.lag_max_ms]
+
+    def durable_end(self, leader_durable: int, min_insync: int, now_ms: int) -> int:
+        """Every byte below the answer is durable on ``min_insync`` in-sync replicas (the
+        leader included); -1 if fewer than ``min_insync`` replicas are in sync."""
+        invariant(min_insync >= 1, "min_insync_replicas >= 1")
+        ends = sorted(
+            [leader_durable] + [self.followers[n].fetched_to for n in self.members(now_ms)],
+            reverse=True,
+        )
+        if len(ends) < min_insync:
+            return -1
+        return min(ends[min_insync - 1], leader_durable)
+
+    def lag_bytes(self, leader_end: int) -> dict[str, int]:
+        return {n: max(0, leader_end - f.fetched_to) for n, f in self.followers.items()}

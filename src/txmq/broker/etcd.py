@@ -1,0 +1,133 @@
+"""A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1, stdlib only; ADR 0019).
+
+Owns: the five calls replica leadership needs (lease grant, keepalive and revoke; a
+compare-and-put of a key that must not exist; a read of one key) and their wire format
+(base64 keys and values, int64 as strings). Every failure is one ``CoordinationError`` naming
+the endpoint and the call. Blocking: the broker runs these in a thread (leadership.py).
+Must not: decide anything about leadership (election.py does).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from txmq import limits
+from txmq.errors import CoordinationError, RemoteProtocolError
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a compare-and-put: ``won`` and the key's holder as stored (ours if won)."""
+
+    won: bool
+    holder: KeyValue | None
+
+
+class Etcd:
+    def __init__(self, endpoint: str, *, timeout_ms: int = limits.ETCD_CALL_TIMEOUT_MS) -> None:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise CoordinationError(f"etcd endpoint must be HOST:PORT, got {endpoint!r}")
+        self.endpoint = endpoint
+        self.host = host
+        self.port = int(port)
+        self.timeout_s = timeout_ms / 1000
+
+    def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``/v3/<path>``; the first JSON object of the answer."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        try:
+            conn.request(
+                "POST", f"/v3/{path}", json.dumps(body), {"Content-Type": "application/json"}
+            )
+            resp = conn.getresponse()
+            raw = resp.read(limits.ETCD_RESPONSE_SIZE_MAX)
+        except (OSError, http.client.HTTPException) as exc:
+            raise CoordinationError(f"etcd at {self.endpoint}: {path} failed: {exc}") from exc
+        finally:
+            conn.close()
+        text = raw.decode("utf-8", "replace").strip().splitlines()
+        try:
+            doc = json.loads(text[0]) if text else {}
+        except json.JSONDecodeError as exc:
+            raise RemoteProtocolError(f"etcd at {self.endpoint}: {path}: not JSON") from exc
+        if resp.status != 200 or not isinstance(doc, dict) or "error" in doc:
+            raise CoordinationError(
+                f"etcd at {self.endpoint}: {path} refused ({resp.status}): {text[:1]}"
+            )
+        return doc
+
+    # --- Leases. ------------------------------------------------------------------------------
+
+    def grant(self, ttl_ms: int) -> tuple[int, int]:
+        """A new lease of at least ``ttl_ms`` (rounded up to seconds): (id, granted TTL ms)."""
+        doc = self.call("lease/grant", {"TTL": str(max(1, -(-ttl_ms // 1000)))})
+        return int(doc["ID"]), int(doc.get("TTL", "0")) * 1000
+
+    def keepalive(self, lease_id: int) -> int:
+        """Renew a lease: its TTL in ms, 0 if etcd no longer has it."""
+        doc = self.call("lease/keepalive", {"ID": str(lease_id)})
+        result = doc.get("result", doc)
+        return int(result.get("TTL", "0")) * 1000
+
+    def revoke(self, lease_id: int) -> None:
+        """Drop a lease and every key attached to it (a clean leader's step down)."""
+        self.call("lease/revoke", {"ID": str(lease_id)})
+
+    # --- Keys. --------------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        doc = self.call("kv/range", {"key": _b64(key.encode())})
+        kvs = doc.get("kvs") or []
+        return _kv(kvs[0]) if kvs else None
+
+    def put_if_absent(self, key: str, value: bytes, lease_id: int) -> Claim:
+        """Put ``key`` = ``value`` attached to ``lease_id`` if no one holds ``key``; either
+        way, the holder afterwards (its create_revision is the epoch)."""
+        k = _b64(key.encode())
+        doc = self.call(
+            "kv/txn",
+            {
+                "compare": [
+                    {"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
+                ],
+                "success": [
+                    {"request_put": {"key": k, "value": _b64(value), "lease": str(lease_id)}}
+                ],
+                "failure": [{"request_range": {"key": k}}],
+            },
+        )
+        if doc.get("succeeded"):
+            rev = int(doc["header"]["revision"])
+            return Claim(True, KeyValue(value, rev, rev, lease_id))
+        ranges = (doc.get("responses") or [{}])[0].get("response_range", {})
+        kvs = ranges.get("kvs") or []
+        return Claim(False, _kv(kvs[0]) if kvs else None)
+
+    def delete(self, key: str) -> None:
+        self.call("kv/deleterange", {"key": _b64(key.encode())})
+
+
+def _kv(doc: dict[str, Any]) -> KeyValue:
+    return KeyValue(
+        value=base64.b64decode(doc.get("value", "")),
+        create_revision=int(doc.get("create_revision", "0")),
+        mod_revision=int(doc.get("mod_revision", "0")),
+        lease=int(doc.get("lease", "0")),
+    )

@@ -1,0 +1,119 @@
+"""Drive one replica's ``Election`` with etcd: the thin adapter between election.py and etcd.py.
+
+Owns: the leader key of a group (``/txmq/<cluster>/groups/<group>/leader``, value JSON
+``{"name", "endpoint"}``, attached to the leader's lease), running each step the election asks
+for in a thread (etcd calls block), and telling listeners when the leader changes.
+Must not: decide (election.py does) or touch the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from txmq import limits
+from txmq.broker.election import Election, Leader, Step
+from txmq.broker.etcd import Etcd, KeyValue
+from txmq.errors import CoordinationError, RemoteProtocolError, invariant
+
+log = logging.getLogger(__name__)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def leader_key(cluster: str, group: str) -> str:
+    return f"/txmq/{cluster}/groups/{group}/leader"
+
+
+def decode_leader(kv: KeyValue | None) -> Leader | None:
+    if kv is None:
+        return None
+    try:
+        doc = json.loads(kv.value)
+        return Leader(str(doc["name"]), str(doc["endpoint"]), kv.create_revision)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RemoteProtocolError(f"leader key holds no leader: {kv.value[:80]!r}") from exc
+
+
+class Leadership:
+    """Campaign for, hold and watch the leadership of one replica group."""
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        cluster: str,
+        group: str,
+        me: str,
+        endpoint: str,
+        *,
+        clock: Callable[[], int] = monotonic_ms,
+        ttl_ms: int = limits.REPLICA_LEASE_TTL_MS,
+    ) -> None:
+        self.etcd = etcd
+        self.key = leader_key(cluster, group)
+        self.value = json.dumps({"name": me, "endpoint": endpoint}).encode()
+        self.election = Election(me, ttl_ms=ttl_ms)
+        self.clock = clock
+        self.changed = asyncio.Event()  # set whenever the observed leader changes
+        self.errors = 0
+
+    @property
+    def leader(self) -> Leader | None:
+        return self.election.leader
+
+    def leads(self) -> bool:
+        return self.election.may_acknowledge(self.clock())
+
+    async def step(self) -> Step:
+        """Run the one step the election wants now; returns it."""
+        e = self.election
+        now = self.clock()
+        step = e.next_step(now)
+        before = e.leader
+        try:
+            if step is Step.GRANT:
+                new_lease, ttl = await asyncio.to_thread(self.etcd.grant, e.ttl_ms)
+                e.granted(now, new_lease, ttl)
+            elif step is Step.CAMPAIGN:
+                lease = e.lease_id
+                invariant(lease is not None, "a campaign holds a lease")
+                assert lease is not None  # for mypy
+                claim = await asyncio.to_thread(
+                    self.etcd.put_if_absent, self.key, self.value, lease
+                )
+                e.observed(self.clock(), decode_leader(claim.holder))
+            elif step is Step.KEEPALIVE:
+                lease = e.lease_id
+                invariant(lease is not None, "a leader holds a lease")
+                assert lease is not None  # for mypy
+                e.kept_alive(now, await asyncio.to_thread(self.etcd.keepalive, lease))
+            elif step is Step.OBSERVE:
+                kv = await asyncio.to_thread(self.etcd.get, self.key)
+                e.observed(self.clock(), decode_leader(kv))
+        except CoordinationError as exc:
+            self.errors += 1
+            log.warning("%s", exc)
+            e.unreachable(self.clock())
+        if e.leader != before:
+            self.changed.set()
+        return step
+
+    async def run(self) -> None:
+        """Step forever (until cancelled), waiting between steps until the next is due."""
+        while True:
+            step = await self.step()
+            if step is Step.WAIT:
+                delay = max(0, self.election.due_ms - self.clock())
+                await asyncio.sleep(min(delay, limits.REPLICA_OBSERVE_PERIOD_MS) / 1000)
+
+    async def resign(self) -> None:
+        """Step down cleanly: revoke our lease, which deletes the leader key at once."""
+        lease = self.election.lease_id
+        self.election.kept_alive(self.clock(), 0)
+        if lease is not None:
+            await asyncio.to_thread(self.etcd.revoke, lease)

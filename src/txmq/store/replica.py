@@ -1,0 +1,147 @@
+"""Log shipping at the store: what a leader ships, and a follower's verbatim append of it.
+
+Owns: ``ship`` (whole verified records from a follower's end offset, below the leader's visible
+end, cut at a batch boundary) and ``append_shipped`` (write them at exactly the offsets they
+carry, then dispatch them to consume queues and the index as any append is). Same offsets and
+same bytes on every replica: a record's stored physical offset and CRC are checked on both
+sides (TigerStyle's paired assertions), and a follower whose segment size differs from its
+leader's is refused, since its records would land elsewhere.
+Must not: know about leaders, epochs or the network (broker/replication does).
+
+A follower's end offset is always a record boundary on the leader too (it only holds what it
+was shipped), or the blank at a segment's end, which the leader's scan skips to the next
+segment, where the follower's ``reserve`` rolls to the same offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from txmq import limits
+from txmq.errors import CorruptRecordError, OffsetNotFoundError, StoreFencedError, invariant
+from txmq.format import record as codec
+from txmq.store.flush import Group
+from txmq.store.store import Store
+
+_BATCH_LEFT = struct.Struct(">H")
+_PHYSICAL_OFFSET = struct.Struct(">q")
+
+
+class DivergedError(OffsetNotFoundError):
+    """A follower asked for an offset past the leader's end: its log has a tail the leader
+    does not (it must truncate by epoch before it fetches again)."""
+
+
+@dataclass(frozen=True)
+class Shipment:
+    data: bytes  # whole records, concatenated in log order, each verified on the leader
+    next_offset: int  # the follower's end once it appended ``data``
+    leader_end: int  # the leader's visible (durable) end when this was read
+
+
+def ship(
+    store: Store, from_offset: int, max_bytes: int = limits.REPLICA_FETCH_BYTES_MAX
+) -> Shipment:
+    """Records from ``from_offset`` (a follower's end) up to about ``max_bytes``: whole
+    batches, at least one when there is one.
+
+    Raises:
+        OffsetNotFoundError: ``from_offset`` is below the log start (retention deleted it).
+        DivergedError: ``from_offset`` is past the leader's end.
+    """
+    end = store.log_end_offset
+    if from_offset > end:
+        raise DivergedError(f"offset {from_offset} is past the leader's end {end}")
+    if from_offset < store.log_start_offset:
+        raise OffsetNotFoundError(
+            f"offset {from_offset} is below the log start {store.log_start_offset}"
+        )
+    parts: list[bytes] = []
+    taken, next_offset, cut_parts, cut_offset = 0, from_offset, 0, from_offset
+    for rec in store.scan(from_offset, limits.REPLICA_FETCH_RECORDS_MAX):
+        if rec.physical_offset >= end:
+            break
+        (view,) = store.log.read_bytes_many([(rec.physical_offset, rec.size)])
+        if view is None:
+            raise OffsetNotFoundError(f"offset {rec.physical_offset} was deleted meanwhile")
+        parts.append(bytes(view))
+        taken += rec.size
+        next_offset = rec.physical_offset + rec.size
+        if _BATCH_LEFT.unpack_from(view, codec.BATCH_LEFT_AT)[0] == 0:
+            cut_parts, cut_offset = len(parts), next_offset
+            if taken >= max_bytes:
+                break
+    if cut_parts == 0:  # a batch of more than REPLICA_FETCH_RECORDS_MAX records: ship a part
+        cut_parts, cut_offset = len(parts), next_offset
+    return Shipment(b"".join(parts[:cut_parts]), cut_offset, end)
+
+
+def append_shipped(store: Store, data: bytes) -> int:
+    """Append a leader's ``ship`` output at the offsets its records carry; returns the new end
+    once they are durable and dispatched.
+
+    Raises:
+        CorruptRecordError: a record does not verify, or would not land at its stored offset
+            (the follower's log or segment size differs from the leader's).
+        StoreFencedError, DiskFullError, StoreClosedError: as ``Store.append_many``.
+    """
+    if not data:
+        return store.log_end_offset
+    entries = _entries(data)
+    group = _write(store, data, entries)
+    if group is not None:
+        group.wait()
+    end = entries[-1].physical_offset + entries[-1].size
+    store._group.check_durable(group, end)
+    return end
+
+
+def _entries(data: bytes) -> list[codec.Entry]:
+    out: list[codec.Entry] = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < codec.RECORD_SIZE_MIN:
+            raise CorruptRecordError(-1, f"a shipment ends inside a record at byte {pos}")
+        (phys,) = _PHYSICAL_OFFSET.unpack_from(data, pos + codec.PHYSICAL_OFFSET_AT)
+        entry = codec.decode_entry(data, pos, phys)
+        out.append(entry)
+        pos += entry.size
+    invariant(pos == len(data), "shipment records add up to its size")
+    return out
+
+
+def _write(store: Store, data: bytes, entries: list[codec.Entry]) -> Group | None:
+    """Under the writer lock: place each batch where its leader did (one reservation per batch,
+    as ``Store._write_locked``), write it, hand the records to the group commit."""
+    with store._group.lock:
+        store._check_writable()
+        first, pos = 0, 0
+        for i, e in enumerate(entries):
+            if e.batch_left == 0 or i == len(entries) - 1:
+                batch = entries[first : i + 1]
+                size = sum(b.size for b in batch)
+                _write_batch(store, data[pos : pos + size], batch)
+                first, pos = i + 1, pos + size
+        last = entries[-1]
+        return store._group.add(entries, last.physical_offset + last.size)
+
+
+def _write_batch(store: Store, chunk: bytes, batch: list[codec.Entry]) -> None:
+    start = batch[0].physical_offset
+    at = store.log.reserve(len(chunk))
+    if at != start:
+        raise CorruptRecordError(
+            start,
+            f"a shipped batch would land at {at}: the follower's log or segment size differs"
+            " from its leader's",
+        )
+    try:
+        store.log.write(at, chunk)
+    except OSError as exc:
+        store._group.fence(f"writing a shipped record failed: {exc}")
+        raise StoreFencedError(store._group.fenced) from exc
+    for e in batch:
+        if codec.enters_queue(e.flag):
+            store._next_queue_offset[(e.topic, e.queue_id)] = e.queue_offset + 1
+        store._last_store_ms = max(store._last_store_ms, e.store_timestamp_ms)

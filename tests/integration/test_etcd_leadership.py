@@ -1,0 +1,121 @@
+"""Leader election and fencing of a replica group against a real etcd (ADR 0019)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from txmq import limits
+from txmq.broker.etcd import Etcd
+from txmq.broker.etcd_server import start_local_etcd
+from txmq.broker.leadership import Leadership, monotonic_ms
+from txmq.errors import CoordinationError
+
+from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
+
+TTL = limits.REPLICA_LEASE_TTL_MS
+
+
+def _group() -> str:
+    return f"g-{uuid.uuid4().hex[:8]}"
+
+
+def test_compare_and_put_gives_the_key_to_one_lease_and_its_revision_is_the_epoch(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    etcd = Etcd(etcd_endpoint)
+    key = f"/txmq/t/{_group()}/leader"
+    a, ttl = etcd.grant(TTL)
+    assert ttl >= TTL
+    b, _ = etcd.grant(TTL)
+    won = etcd.put_if_absent(key, b"a", a)
+    lost = etcd.put_if_absent(key, b"b", b)
+    assert won.won and not lost.won
+    assert won.holder is not None and lost.holder is not None
+    assert lost.holder.value == b"a" and lost.holder.create_revision == won.holder.create_revision
+    assert etcd.keepalive(a) >= TTL
+    etcd.revoke(a)  # the key goes with the lease
+    assert etcd.get(key) is None
+    assert etcd.keepalive(a) == 0
+    again = etcd.put_if_absent(key, b"b", b)
+    assert again.won and again.holder is not None
+    assert again.holder.create_revision > won.holder.create_revision  # epochs only grow
+
+
+async def _until(cond, timeout_s: float, *tasks_owner: Leadership) -> float:  # type: ignore[no-untyped-def]
+    start = time.monotonic()
+    for _ in itertools.count():
+        if cond():
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout_s, "condition not met in time"
+        await asyncio.sleep(0.05)  # sleep: polling a bounded condition between election steps
+    raise AssertionError("unreachable")
+
+
+def test_one_replica_leads_and_a_follower_takes_over_after_the_leader_stops(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    async def main() -> None:
+        group = _group()
+        r0 = Leadership(Etcd(etcd_endpoint), "t", group, "r0", "h:1")
+        r1 = Leadership(Etcd(etcd_endpoint), "t", group, "r1", "h:2")
+        t0 = asyncio.create_task(r0.run())
+        await _until(r0.leads, 10)
+        t1 = asyncio.create_task(r1.run())
+        await _until(lambda: r1.leader is not None, 10)
+        assert r1.leader is not None and r1.leader.name == "r0" and not r1.leads()
+        first_epoch = r1.leader.epoch
+        # r0 "pauses": its steps stop, so its lease is no longer renewed.
+        t0.cancel()
+        stopped = monotonic_ms()
+        took = await _until(r1.leads, 10)
+        assert r1.leader is not None and r1.leader.epoch > first_epoch
+        # Fencing: by the time r1 led, r0 had stopped acknowledging by its own clock.
+        assert not r0.leads()
+        assert r0.election.lease_deadline_ms <= stopped + TTL
+        assert took < 10
+        await r1.resign()
+        t1.cancel()
+        await asyncio.gather(t0, t1, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_resigning_leader_hands_over_within_an_observe_period(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    async def main() -> None:
+        group = _group()
+        r0 = Leadership(Etcd(etcd_endpoint), "t", group, "r0", "h:1")
+        r1 = Leadership(Etcd(etcd_endpoint), "t", group, "r1", "h:2")
+        t0 = asyncio.create_task(r0.run())
+        await _until(r0.leads, 10)
+        t1 = asyncio.create_task(r1.run())
+        await _until(lambda: r1.leader is not None, 10)
+        t0.cancel()
+        await asyncio.gather(t0, return_exceptions=True)
+        await r0.resign()
+        took = await _until(r1.leads, 10)
+        assert took < TTL / 1000  # no lease expiry to wait for
+        t1.cancel()
+        await asyncio.gather(t1, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_an_unreachable_etcd_is_one_coordination_error() -> None:
+    with pytest.raises(CoordinationError, match=r"etcd at 127\.0\.0\.1:1: kv/range failed"):
+        Etcd("127.0.0.1:1").get("/k")
+
+
+def test_missing_etcd_binary_names_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(CoordinationError, match="install Debian's etcd-server package"):
+        start_local_etcd(tmp_path / "etcd")

@@ -1,0 +1,99 @@
+"""Leadership and in-sync set rules of a replica group (txmq.broker.election), clock injected."""
+
+from __future__ import annotations
+
+from txmq import limits
+from txmq.broker.election import Election, InSync, Leader, Step
+
+TTL = limits.REPLICA_LEASE_TTL_MS
+
+
+def _lead(e: Election, now: int, epoch: int = 7) -> None:
+    assert e.next_step(now) is Step.OBSERVE
+    e.observed(now, None)
+    assert e.next_step(now) is Step.GRANT
+    e.granted(now, lease_id=42, ttl_ms=TTL)
+    assert e.next_step(now) is Step.CAMPAIGN
+    e.observed(now, Leader(e.me, "h:1", epoch))
+    assert e.leads(now)
+
+
+def test_a_replica_observes_grants_campaigns_then_leads_and_renews() -> None:
+    e = Election("r0")
+    _lead(e, 1_000)
+    assert e.next_step(1_000) is Step.WAIT
+    assert e.due_ms == 1_000 + limits.REPLICA_KEEPALIVE_PERIOD_MS
+    assert e.next_step(e.due_ms) is Step.KEEPALIVE
+    e.kept_alive(e.due_ms, TTL)
+    assert e.lease_deadline_ms == e.due_ms + TTL - limits.REPLICA_LEASE_SAFETY_MS
+
+
+def test_a_leader_stops_acknowledging_before_etcd_could_expire_its_lease() -> None:
+    e = Election("r0")
+    sent = 1_000
+    _lead(e, sent)
+    # etcd expires the lease no earlier than sent + TTL (it received the grant after we sent
+    # it); a paused leader that resumes at any later time must not acknowledge.
+    assert e.may_acknowledge(sent + TTL - limits.REPLICA_LEASE_SAFETY_MS - 1)
+    for resumed in (sent + TTL - limits.REPLICA_LEASE_SAFETY_MS, sent + TTL, sent + 60_000):
+        assert not e.may_acknowledge(resumed)
+    # Its first step after resuming drops the lease and reads the key again.
+    assert e.next_step(sent + 60_000) is Step.OBSERVE
+    assert e.lease_id is None and e.leader is None
+
+
+def test_a_keepalive_answered_with_no_ttl_steps_down_at_once() -> None:
+    e = Election("r0")
+    _lead(e, 0)
+    e.kept_alive(500, 0)
+    assert not e.leads(501)
+    assert e.next_step(501) is Step.OBSERVE
+
+
+def test_a_follower_waits_while_someone_leads_and_campaigns_once_the_key_is_gone() -> None:
+    e = Election("r1")
+    assert e.next_step(0) is Step.OBSERVE
+    e.observed(0, Leader("r0", "h:1", 5))
+    assert e.next_step(1) is Step.WAIT and not e.leads(1)
+    assert e.next_step(limits.REPLICA_OBSERVE_PERIOD_MS) is Step.OBSERVE
+    e.observed(limits.REPLICA_OBSERVE_PERIOD_MS, None)
+    assert e.next_step(limits.REPLICA_OBSERVE_PERIOD_MS) is Step.GRANT
+
+
+def test_seeing_another_leader_while_leading_steps_down() -> None:
+    e = Election("r0")
+    _lead(e, 0, epoch=5)
+    e.observed(10, Leader("r1", "h:2", 9))
+    assert not e.leads(10) and e.lease_id is None
+
+
+def test_etcd_unreachable_keeps_a_leader_only_until_its_own_deadline() -> None:
+    e = Election("r0")
+    _lead(e, 0)
+    e.unreachable(limits.REPLICA_KEEPALIVE_PERIOD_MS)
+    assert e.leads(TTL - limits.REPLICA_LEASE_SAFETY_MS - 1)
+    assert not e.leads(TTL - limits.REPLICA_LEASE_SAFETY_MS)
+
+
+def test_in_sync_set_and_durable_end() -> None:
+    isr = InSync(["r1", "r2"], now_ms=0, lag_max_ms=2_000)
+    assert isr.members(0) == ["r1", "r2"]
+    isr.fetched("r1", 100, leader_end=100, now_ms=1_000)
+    isr.fetched("r2", 40, leader_end=100, now_ms=1_000)
+    assert isr.durable_end(100, min_insync=2, now_ms=1_000) == 100
+    assert isr.durable_end(100, min_insync=3, now_ms=1_000) == 40
+    # r2 never catches up: it leaves the set after lag_max_ms; r1 keeps fetching to the end.
+    isr.fetched("r1", 150, leader_end=150, now_ms=2_500)
+    assert isr.members(2_500) == ["r1"]
+    assert isr.durable_end(150, min_insync=3, now_ms=2_500) == -1
+    assert isr.durable_end(150, min_insync=2, now_ms=2_500) == 150
+    assert isr.lag_bytes(150) == {"r1": 0, "r2": 110}
+    # r2 catches up: it rejoins.
+    isr.fetched("r2", 150, leader_end=150, now_ms=2_600)
+    assert isr.members(2_600) == ["r1", "r2"]
+
+
+def test_one_replica_group_acknowledges_on_the_leader_alone() -> None:
+    isr = InSync([], now_ms=0)
+    assert isr.durable_end(77, min_insync=1, now_ms=10**9) == 77
+    assert isr.durable_end(77, min_insync=2, now_ms=0) == -1

@@ -1,0 +1,146 @@
+"""Log shipping at the store (txmq.store.replica): a follower's log is its leader's, verbatim.
+
+Method: two real stores in tmp dirs with small segments (so shipments cross segment rolls and
+their end-of-segment blanks); random batches of plain, half, commit and rollback records on the
+leader; the follower fetches from its own end until it has the leader's end; then every record,
+queue and offset is compared, and the follower is reopened (recovery) and compared again.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SMALL, Clock
+from txmq.errors import CorruptRecordError
+from txmq.model import RecordDraft, TxnFlag
+from txmq.store.config import StoreConfig
+from txmq.store.replica import DivergedError, append_shipped, ship
+from txmq.store.store import Store
+
+FLAGS = (TxnFlag.NORMAL, TxnFlag.NORMAL, TxnFlag.PREPARED, TxnFlag.COMMIT, TxnFlag.ROLLBACK)
+
+
+def _fill(store: Store, rng: random.Random, batches: int) -> None:
+    n = 0
+    for _ in range(batches):
+        drafts = []
+        for _ in range(rng.randint(1, 6)):
+            n += 1
+            drafts.append(
+                RecordDraft(
+                    topic=rng.choice(("a", "b")), queue_id=rng.randint(0, 2),
+                    body=rng.randbytes(rng.randint(0, 9_000)), flag=rng.choice(FLAGS),
+                    message_id=f"m{n}", keys=(f"k{n}",), tag=rng.choice(("", "x")),
+                )
+            )  # fmt: skip
+        store.append_many(drafts)
+
+
+def _catch_up(leader: Store, follower: Store, max_bytes: int) -> int:
+    for fetches in range(1, 10_000):
+        s = ship(leader, follower.log_end_offset, max_bytes)
+        if not s.data:
+            assert s.next_offset == follower.log_end_offset
+            return fetches
+        assert append_shipped(follower, s.data) == s.next_offset
+    raise AssertionError("the follower did not catch up in 10000 fetches")
+
+
+def _same(leader: Store, follower: Store) -> None:
+    a = leader.scan(0, 100_000)
+    b = follower.scan(0, 100_000)
+    assert [r.physical_offset for r in a] == [r.physical_offset for r in b]
+    assert a == b
+    assert leader.queues() == follower.queues()
+    for topic, queue_id in [(t, q) for t in ("a", "b") for q in range(3)]:
+        assert leader.queue_offsets(topic, queue_id) == follower.queue_offsets(topic, queue_id)
+        got = follower.read_queue(topic, queue_id, 0, 10_000)
+        want = leader.read_queue(topic, queue_id, 0, 10_000)
+        assert got == want
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_follower_holds_the_leaders_records_at_the_same_offsets(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
+    _fill(leader, rng, 60)
+    assert len(leader.log.segments) >= 2  # the shipments cross a segment roll
+    fetches = _catch_up(leader, follower, max_bytes=32 * 1024)
+    assert fetches > 3
+    assert follower.log_end_offset == leader.log_end_offset
+    _same(leader, follower)
+    # More on the leader, shipped in one go this time.
+    _fill(leader, rng, 10)
+    _catch_up(leader, follower, max_bytes=10 * 1024 * 1024)
+    _same(leader, follower)
+    # The follower's log survives a restart as any log does; it carries on from its end.
+    follower.close()
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
+    _same(leader, follower)
+    _fill(leader, rng, 5)
+    _catch_up(leader, follower, max_bytes=64 * 1024)
+    _same(leader, follower)
+    # A follower that becomes leader continues the queue offsets where the old leader was.
+    nxt = follower.append(RecordDraft("a", 0, b"after", message_id="new"))
+    assert nxt.queue_offset == leader.queue_offsets("a", 0)[1]
+    leader.close()
+    follower.close()
+
+
+def test_shipments_end_on_batch_boundaries(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    batch = [RecordDraft("a", 0, b"x" * 1000, message_id=f"m{i}") for i in range(5)]
+    leader.append_many(batch)
+    leader.append_many(batch)
+    s = ship(leader, 0, max_bytes=1)  # smaller than one record: still one whole batch
+    records = Store.open(tmp_path / "f", SMALL, now_ms=clock)
+    append_shipped(records, s.data)
+    assert len(records.scan(0, 100)) == 5
+    assert s.leader_end == leader.log_end_offset
+    leader.close()
+    records.close()
+
+
+def test_a_follower_past_the_leaders_end_has_diverged(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
+    follower.append(RecordDraft("a", 0, b"own tail", message_id="x"))
+    with pytest.raises(DivergedError, match="past the leader's end"):
+        ship(leader, follower.log_end_offset)
+    leader.close()
+    follower.close()
+
+
+def test_a_follower_with_another_segment_size_is_refused(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    other = StoreConfig(segment_size_bytes=128 * 1024, body_size_max=64 * 1024)
+    follower = Store.open(tmp_path / "follower", other, now_ms=clock)
+    _fill(leader, random.Random(3), 40)
+    with pytest.raises(CorruptRecordError, match="segment size differs"):
+        _catch_up(leader, follower, max_bytes=10 * 1024 * 1024)
+    leader.close()
+    follower.close()
+
+
+def test_a_damaged_shipment_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
+    leader.append(RecordDraft("a", 0, b"payload", message_id="m"))
+    data = bytearray(ship(leader, 0).data)
+    data[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        append_shipped(follower, bytes(data))
+    assert follower.log_end_offset == 0
+    leader.close()
+    follower.close()
