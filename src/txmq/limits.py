@@ -389,7 +389,7 @@ assert REPLICA_OBSERVE_PERIOD_MS < REPLICA_LEASE_TTL_MS
 # large enough that a catching-up follower moves ~tens of MiB/s at a fetch per few ms, small
 # enough to hold in memory once per follower.
 REPLICA_FETCH_BYTES_MAX: Final = 1 * MiB
-# Records scanned per fetch: more than any write batch (SEND_BATCH_MAX messages, or a
-# transaction book's decision batch), so a fetch normally ends on a batch boundary.
-REPLICA_FETCH_RECORDS_MAX: Final = 4_096
-assert SEND_BATCH_MAX < REPLICA_FETCH_RECORDS_MAX
+# Records scanned per fetch: more than any write batch (SEND_BATCH_MAX messages, a Spark sink
+# bundle's commit of SINK_BUNDLE_MESSAGES_MAX), so a fetch ends on a batch boundary.
+REPLICA_FETCH_RECORDS_MAX: Final = 16_384
+assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX

@@ -59,8 +59,12 @@ def ship(
         )
     parts: list[bytes] = []
     taken, next_offset, cut_parts, cut_offset = 0, from_offset, 0, from_offset
-    for rec in store.scan(from_offset, limits.REPLICA_FETCH_RECORDS_MAX):
-        if rec.physical_offset >= end:
+    for count, (rec, scan_end) in enumerate(store.log.scan_for_recovery(from_offset)):
+        if rec is None:
+            if scan_end.bad_reason and scan_end.offset < end:
+                raise CorruptRecordError(scan_end.offset, scan_end.bad_reason)
+            break
+        if rec.physical_offset >= end or count >= limits.REPLICA_FETCH_RECORDS_MAX:
             break
         (view,) = store.log.read_bytes_many([(rec.physical_offset, rec.size)])
         if view is None:
