@@ -1,9 +1,9 @@
 """A real full disk under a real broker (issue 14, defect 1), on a small tmpfs: slow, root only.
 
 Goal: with the data directory on a 48 MiB tmpfs, `disk_watermark = 1.0`, 8 MiB segments and
-200 KiB messages, the disk fills: sends are refused with MASTER_PERSISTENCE_TIMEOUT (never an
-internal error), receives keep working, SIGTERM stops the broker cleanly (exit 0, no abort
-marker), it restarts on the still-full disk, accepts sends again once space is freed, and a
+four writers of 200 KiB messages, the disk fills: sends are refused with
+MASTER_PERSISTENCE_TIMEOUT (never an internal error), receives keep working, SIGTERM stops the
+broker cleanly (exit 0, no abort marker), it restarts on the still-full disk, accepts sends again once space is freed, and a
 rebuild from the log alone (checkpoint removed) finds every acknowledged message.
 Method: mount a tmpfs (needs root; skipped otherwise), raw gRPC with the official client's stubs.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +72,21 @@ def test_full_disk_refuses_stops_cleanly_restarts_and_loses_nothing(tmpfs: Path)
         ok("topic", "create", "full", "--queues", "2", "--endpoints", b.endpoints)
         channel = grpc.insecure_channel(b.endpoints)
         stub = sg.MessagingServiceStub(channel)
-        acked, refusal = 0, None
-        for i in range(400):
-            reply = send(stub, i)
-            if reply.status.code != errors.CODE_OK:
-                refusal = reply.status
-                break
-            acked += 1
+
+        # Several writers at once, as in the report: each stops at its first refusal.
+        def writer(w: int) -> tuple[int, Any]:
+            for i in range(200):
+                reply = send(stub, w * 1000 + i)
+                if reply.status.code != errors.CODE_OK:
+                    return i, reply.status
+            return 200, None
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(writer, range(4)))
+        acked = sum(n for n, _ in results)
+        refusals = [st for _, st in results if st is not None]
+        refusal = refusals[0] if refusals else None
+        assert all(st.code == errors.CODE_MASTER_PERSISTENCE_TIMEOUT for st in refusals)
         assert refusal is not None, "the disk never filled"
         assert refusal.code == errors.CODE_MASTER_PERSISTENCE_TIMEOUT, refusal.message
         assert "disk full" in refusal.message
@@ -90,7 +99,7 @@ def test_full_disk_refuses_stops_cleanly_restarts_and_loses_nothing(tmpfs: Path)
         filler.unlink()
         channel = grpc.insecure_channel(b.endpoints)
         stub = sg.MessagingServiceStub(channel)
-        assert send(stub, 1000).status.code == errors.CODE_OK, "writable once space is freed"
+        assert send(stub, 9999).status.code == errors.CODE_OK, "writable once space is freed"
         channel.close()
         assert b.stop() == 0, b.log_tail()
         (tmpfs / "d" / "store" / "checkpoint.json").unlink()
