@@ -2,9 +2,10 @@
 
 Goal: with the data directory on a 48 MiB tmpfs, `disk_watermark = 1.0`, 8 MiB segments and
 four writers of 200 KiB messages, the disk fills: sends are refused with
-MASTER_PERSISTENCE_TIMEOUT (never an internal error), receives keep working, SIGTERM stops the
-broker cleanly (exit 0, no abort marker), it restarts on the still-full disk, accepts sends again once space is freed, and a
-rebuild from the log alone (checkpoint removed) finds every acknowledged message.
+MASTER_PERSISTENCE_TIMEOUT (never an internal error), receives keep working, SIGTERM stops
+the broker cleanly (exit 0, no abort marker), it restarts on the still-full disk, accepts
+sends again once space is freed, and a rebuild from the log alone (checkpoint removed) finds
+every acknowledged message.
 Method: mount a tmpfs (needs root; skipped otherwise), raw gRPC with the official client's stubs.
 """
 
