@@ -127,3 +127,27 @@ def test_verify_reports_every_damaged_record_not_only_the_first(
     report = verify(tmp_path)
     assert str(offsets[2]) in report["problems"] and str(offsets[9]) in report["problems"]
     assert report["records"] == 10
+
+
+def test_a_damaged_message_index_is_rebuilt_by_the_scrub(tmp_path: Path, clock: Clock) -> None:
+    offsets = fill(tmp_path, clock)
+    index = tmp_path / "index" / "index.bin"
+    data = bytearray(index.read_bytes())
+    data[16 * 5 + 9] ^= 0x40  # the offset of one entry: m2's id or key now points elsewhere
+    index.write_bytes(bytes(data))
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    lost = [i for i in range(12) if s.find_by_message_id(f"m{i}") is None] + [
+        i for i in range(12) if not s.find_by_key("t", f"k{i}", 5)
+    ]
+    assert lost, "the damage hides a record from lookups"
+    s.scrub_step()
+    assert s.health.index_rebuilds == 1
+    for i in range(12):
+        found = s.find_by_message_id(f"m{i}")
+        assert found is not None and found.physical_offset == offsets[i]
+        assert [r.message_id for r in s.find_by_key("t", f"k{i}", 5)] == [f"m{i}"]
+    s.close()
+    s = Store.open(tmp_path, SMALL, now_ms=clock)  # the checkpoint counts the new file
+    assert s.find_by_message_id("m2") is not None and not s.recovery.rebuilt
+    s.close()
+    assert "missing from the index" not in verify(tmp_path)["problems"]

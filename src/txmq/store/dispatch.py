@@ -20,7 +20,7 @@ from txmq.format.record import Entry, enters_queue
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.consume_queue import ConsumeQueue
 from txmq.store.disk import Disk
-from txmq.store.index import MessageIndex, hashes_of
+from txmq.store.index import ENTRY, MessageIndex, hashes_of
 
 CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
 
@@ -165,6 +165,21 @@ class Dispatcher:
         """Physical offsets of indexed records whose key hash is ``key_hash``, from ``floor``."""
         with self.lock:
             return self.index.candidates(key_hash, floor=floor)
+
+    def replace_index(self, rows: list[tuple[int, int]], end: int) -> None:
+        """Swap in an index of ``rows`` ((hash, offset) in log order, for records below
+        ``end``) plus the entries of records dispatched since, re-read from the live index.
+        Caller holds ``lock``; writes a new file and renames it over the old one."""
+        later = [(h, p) for h, p in self.index.rows() if p >= end]
+        tmp = self.index.path.with_name(self.index.path.name + ".rebuild")
+        out = self.disk.open(tmp)
+        out.truncate(0)
+        out.pwrite(b"".join(ENTRY.pack(h, p) for h, p in [*rows, *later]), 0)
+        out.sync()
+        out.close()
+        self.index.close()
+        self.disk.rename(tmp, self.index.path)
+        self.index = MessageIndex(self.index.path.parent, self.disk)
 
     def compact_index(self, floor: int) -> None:
         """Drop index entries below ``floor`` (retention's leftovers); at open, before any

@@ -28,6 +28,7 @@ class Health:
     scrub_passes: int = 0
     scrub_offset: int = 0
     scrubbed_bytes: int = 0
+    index_rebuilds: int = 0
     # The offline verifier reports in its own output instead of the log.
     log_damage: bool = True
 
@@ -58,6 +59,11 @@ class Health:
             repaired,
         )
 
+    def record_index_rebuild(self, entries: int) -> None:
+        with self.lock:
+            self.index_rebuilds += 1
+        log.error("the message index missed records of the log: rebuilt (%d entries)", entries)
+
     def is_damaged(self, offset: int) -> bool:
         with self.lock:
             return offset in self.damaged
@@ -69,6 +75,7 @@ class Health:
                 "damaged": [{"offset": o, "reason": r} for o, r in self.damaged.items()],
                 "queues_rebuilt": self.queues_rebuilt,
                 "entries_repaired": self.entries_repaired,
+                "index_rebuilds": self.index_rebuilds,
                 "scrub_passes": self.scrub_passes,
                 "scrub_offset": self.scrub_offset,
                 "scrubbed_bytes": self.scrubbed_bytes,

@@ -97,6 +97,15 @@ class MessageIndex:
             self._buf = bytearray()
             self._dirty = True
 
+    def rows(self) -> list[tuple[int, int]]:
+        """Every written (hash, offset) entry, in file order."""
+        return list(ENTRY.iter_unpack(self.handle.pread(self.size, 0)))
+
+    def holds(self, h: int, phys: int) -> bool:
+        """Is ``phys`` among the offsets indexed under ``h``? (Chains run newest first, so the
+        walk stops at the first offset below it.)"""
+        return phys in self.iter_candidates(h, floor=phys)
+
     def candidates(self, h: int, *, floor: int = 0) -> list[int]:
         """Commit-log offsets indexed under ``h``, newest first, none below ``floor``."""
         return list(self.iter_candidates(h, floor=floor))

@@ -26,6 +26,7 @@ from txmq.store.commit_log import CommitLog, blank_span_reason
 from txmq.store.consume_queue import tag_hash
 from txmq.store.dispatch import Dispatcher
 from txmq.store.health import Health
+from txmq.store.index import hashes_of
 from txmq.store.segment import iter_raw
 
 QueueKey = tuple[str, int]
@@ -111,6 +112,21 @@ def rebuild_queue(log: CommitLog, dispatcher: Dispatcher, health: Health, key: Q
     return repaired
 
 
+def rebuild_index(log: CommitLog, dispatcher: Dispatcher, health: Health) -> int:
+    """Rewrite the message index from the log; returns its entries. Records dispatched while
+    the walk ran keep the entries they were given (from verified writes)."""
+    with dispatcher.lock:
+        end = dispatcher.end
+    rows: list[tuple[int, int]] = []
+    for e in walk(log, Cursor(log.start_offset), end, health, budget=1 << 62):
+        rows += [(h, e.physical_offset) for h in hashes_of(e.topic, e.message_id, e.keys)]
+    with dispatcher.lock:
+        dispatcher.replace_index(rows, end)
+        entries = dispatcher.index.entries
+    health.record_index_rebuild(entries)
+    return entries
+
+
 class Scrubber:
     """Re-verifies the log below the visible end, SCRUB_BYTES_PER_STEP at a time, round and
     round: CRCs (damage reported), blank spans, and each record's consume-queue entry (a queue
@@ -121,9 +137,12 @@ class Scrubber:
         self.dispatcher = dispatcher
         self.health = health
         self._cursor = Cursor(log.start_offset)
+        self.index_rebuilt = False
 
     def step(self, budget: int = limits.SCRUB_BYTES_PER_STEP) -> list[QueueKey]:
-        """Verify the next ``budget`` bytes; returns the queues it rebuilt."""
+        """Verify the next ``budget`` bytes; returns the queues it rebuilt (and rebuilds the
+        message index when a record is missing from it: ``index_rebuilt``)."""
+        self.index_rebuilt = False
         end = self.dispatcher.end
         if self._cursor.offset >= end or self._cursor.offset < self.log.start_offset:
             if self._cursor.offset >= end and end > self.log.start_offset:
@@ -132,15 +151,27 @@ class Scrubber:
             self._cursor = Cursor(self.log.start_offset)
         before = self._cursor.scanned
         wrong: set[QueueKey] = set()
+        unindexed = False
         for e in walk(self.log, self._cursor, end, self.health, budget):
             if enters_queue(e.flag) and not self._entry_agrees(e):
                 wrong.add((e.topic, e.queue_id))
+            unindexed = unindexed or not self._indexed(e)
         with self.health.lock:
             self.health.scrub_offset = self._cursor.offset
             self.health.scrubbed_bytes += self._cursor.scanned - before
         for key in sorted(wrong):
             rebuild_queue(self.log, self.dispatcher, self.health, key)
+        if unindexed:
+            rebuild_index(self.log, self.dispatcher, self.health)
+            self.index_rebuilt = True
         return sorted(wrong)
+
+    def _indexed(self, e: Entry) -> bool:
+        with self.dispatcher.lock:
+            index = self.dispatcher.index
+            return all(
+                index.holds(h, e.physical_offset) for h in hashes_of(e.topic, e.message_id, e.keys)
+            )
 
     def _entry_agrees(self, e: Entry) -> bool:
         got = self.dispatcher.written_entry(e.topic, e.queue_id, e.queue_offset)

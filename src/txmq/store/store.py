@@ -446,7 +446,14 @@ class Store:
         returns the queues it rebuilt. The broker calls this every second (store/repair.py)."""
         self._check_open()
         with self._scrub_lock:
-            return self._scrubber.step(budget)
+            rebuilt = self._scrubber.step(budget)
+        if self._scrubber.index_rebuilt:
+            # The checkpoint must count the new file's entries (recovery truncates to them),
+            # even with no record appended since the last one.
+            with self._checkpoint_lock:
+                self._checkpointed = -1
+            self._checkpoint_if_room()
+        return rebuilt
 
     def rebuild_queue(self, key: tuple[str, int]) -> int:
         """Rewrite queue ``key``'s entries from the log where they disagree; returns how many."""
