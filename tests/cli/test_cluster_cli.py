@@ -104,3 +104,12 @@ def test_broker_with_a_bad_cluster_file_is_one_line(tmp_path: Path) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
     r = txmq("broker", "--data-dir", str(tmp_path / "d"), "--cluster", str(bad.with_name("no")))
     assert r.returncode == 2 and "cannot read cluster file" in r.stderr
+
+
+def test_demo_on_a_two_broker_cluster_is_consistent(tmp_path: Path) -> None:
+    """The demo's story (kill -9 of an order service, check-back, lost acks, DLQ) on an embedded
+    cluster of 2 brokers: every consistency check holds across both brokers."""
+    r = txmq("demo", "--brokers", "2", "--orders", "40", "--no-spark", "--work-dir", str(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "starting an embedded cluster of 2 brokers" in r.stdout
+    assert "CONSISTENT" in r.stdout and "INCONSISTENT" not in r.stdout

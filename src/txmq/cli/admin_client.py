@@ -66,7 +66,12 @@ def call(
 def members(endpoints: str) -> list[dict[str, Any]]:
     """Every member of the cluster behind ``endpoints`` (name, endpoint, live as the answering
     member sees it); a broker without a cluster file is a cluster of one named ``txmq``."""
-    return list(call(endpoints, "ClusterInfo", {})["members"])
+    found = list(call(endpoints, "ClusterInfo", {})["members"])
+    if len(found) == 1:
+        # One broker: keep the address the user gave (its TLS name, its route from here),
+        # not the one the broker advertises.
+        found[0] = {**found[0], "endpoint": split_endpoints(endpoints)[0]}
+    return found
 
 
 def cluster_call(

@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from txmq.demo.report import Facts, activity_table, check_table, checks, fate_table
-from txmq.demo.steps import console, embedded_broker
+from txmq.demo.steps import console, embedded_broker, embedded_cluster
 from txmq.demo.story import DemoRun
 
 
@@ -35,6 +35,13 @@ from txmq.demo.story import DemoRun
     # Deliberately not read from TXMQ_ENDPOINTS: `make demo` must not wander off to whatever
     # broker a developer's shell points the other commands at.
     help="Use this running broker instead of an embedded one.",
+)
+@click.option(
+    "--brokers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 16),
+    help="Embedded brokers: more than one runs the story on a cluster (txmq cluster up).",
 )
 @click.option("--no-spark", is_flag=True, help="Skip the Spark aggregation step.")
 @click.option(
@@ -57,6 +64,7 @@ def demo(
     orders: int,
     seed: int,
     endpoints: str | None,
+    brokers: int,
     no_spark: bool,
     secure: bool,
     orders_db: str | None,
@@ -73,8 +81,14 @@ def demo(
     ok = False
     try:
         run = DemoRun(orders=orders, seed=seed, work=work, orders_db=orders_db, spark=not no_spark)
+        if (endpoints is not None or secure) and brokers > 1:
+            raise click.UsageError("--brokers starts its own plain cluster; drop it")
         if endpoints is None and secure:
             facts = _run_secure(run, work)
+        elif endpoints is None and brokers > 1:
+            console.print(f"[bold]starting an embedded cluster of {brokers} brokers[/bold]")
+            with embedded_cluster(work, brokers) as ep:
+                facts = run.run(ep, embedded=True)
         elif endpoints is None:
             console.print("[bold]starting an embedded broker[/bold]")
             with embedded_broker(work / "broker", work / "broker.log") as ep:

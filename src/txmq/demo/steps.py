@@ -16,8 +16,11 @@ import select
 import shutil
 import signal
 import site
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import txmq
-from txmq.cli.admin_client import call, call_pages
+from txmq.cli.admin_client import call, call_pages, cluster_call, members
 from txmq.demo.report import SparkResult
 from txmq.errors import NotFoundError, TxmqError
 
@@ -143,27 +146,114 @@ def run_spark(
 
 
 def topic_messages(endpoints: str, topic: str) -> int:
-    r = call(endpoints, "TopicDescribe", {"name": topic})
-    return sum(int(q["max"]) - int(q["min"]) for q in r["queues"])
+    """Messages of ``topic`` on every broker (a cluster's members each hold their queues)."""
+    total = 0
+    for _m, r in cluster_call(endpoints, "TopicDescribe", {"name": topic}):
+        if isinstance(r, NotFoundError):
+            continue
+        if isinstance(r, TxmqError):
+            raise r
+        total += sum(int(q["max"]) - int(q["min"]) for q in r["queues"])
+    return total
+
+
+def wait_topic(endpoints: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Until every member of the cluster has ``topic`` (a create reaches peers at once, or at
+    their next probe when the forwarded create missed its deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cluster_call(endpoints, "TopicDescribe", {"name": topic})
+        if all(not isinstance(r, TxmqError) for _m, r in got):
+            return
+        time.sleep(0.2)  # polling the members' topic lists, bounded by timeout_s
+    raise DemoError(f"topic {topic} did not reach every broker within {timeout_s:.0f}s")
 
 
 def undecided(endpoints: str, topic: str) -> tuple[int, int]:
-    """(pending, dead) transactions of ``topic`` on the broker."""
-    every = call_pages(endpoints, "TxnList", {}, "transactions")
+    """(pending, dead) transactions of ``topic`` on every broker."""
+    every = [
+        t
+        for m in members(endpoints)
+        for t in call_pages(str(m["endpoint"]), "TxnList", {}, "transactions")
+    ]
     rows = [t for t in every if t.get("topic") == topic]
     dead = sum(1 for t in rows if t.get("dead"))
     return len(rows) - dead, dead
 
 
 def dead_lettered(endpoints: str, dlq: str, order_ids: set[str]) -> set[str]:
+    """The orders whose message is in the group's DLQ on any broker (each keeps its own)."""
     found: set[str] = set()
-    for order_id in sorted(order_ids):
-        try:
-            if call(endpoints, "MessageFind", {"topic": dlq, "key": order_id})["messages"]:
-                found.add(order_id)
-        except NotFoundError:
-            continue  # no DLQ topic yet: nothing dead-lettered
+    for m in members(endpoints):
+        for order_id in sorted(order_ids - found):
+            args = {"topic": dlq, "key": order_id}
+            try:
+                if call(str(m["endpoint"]), "MessageFind", args)["messages"]:
+                    found.add(order_id)
+            except NotFoundError:
+                break  # no DLQ topic on this broker yet: nothing dead-lettered here
     return found
+
+
+@contextmanager
+def embedded_cluster(work: Path, brokers: int) -> Iterator[str]:
+    """``txmq cluster up --brokers N`` on consecutive free ports; yields ``H:P1;H:P2...``
+    and stops every broker on exit (SIGTERM to the cluster, which stops each cleanly)."""
+    port = consecutive_free_ports(brokers)
+    cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", str(brokers),
+           "--data-dir", str(work / "cluster"), "--port", str(port),
+           "--", *BROKER_FLAGS]  # fmt: skip
+    with open(work / "cluster.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env())
+    try:
+        yield ";".join(_listening(proc, brokers, work / "cluster.log"))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def _listening(proc: subprocess.Popen[str], n: int, log_path: Path) -> list[str]:
+    """The endpoints of ``cluster up``'s first ``n`` lines, read by a thread (a select on the
+    pipe would miss lines already read ahead into the text buffer), waited for 60 s at most."""
+    found: list[str] = []
+
+    def read() -> None:
+        for _ in range(n):
+            line = proc.stdout.readline() if proc.stdout is not None else ""
+            hit = re.search(r"listening on (\S+:\d+)", line)
+            if hit is None:
+                return
+            found.append(hit.group(1))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60.0)
+    if len(found) < n:
+        tail = log_path.read_text().strip().splitlines()[-3:]
+        raise DemoError(f"the embedded cluster did not start ({' / '.join(tail)})")
+    return found
+
+
+def consecutive_free_ports(n: int) -> int:
+    """A port P with P..P+n-1 free now (``cluster up`` takes consecutive ports)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        try:
+            for p in range(port + 1, port + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        if port + n <= 65535:
+            return port
+    raise DemoError(f"no {n} consecutive free ports for the embedded cluster")
 
 
 def progress_bar() -> Progress:

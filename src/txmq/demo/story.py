@@ -31,6 +31,7 @@ from txmq.demo.steps import (
     spark_skip_reason,
     topic_messages,
     undecided,
+    wait_topic,
 )
 from txmq.model import DLQ_PREFIX
 
@@ -57,6 +58,7 @@ class DemoRun:
         topic = order_service.TOPIC if embedded else f"{order_service.TOPIC}-{self.run_id}"
         group = inventory_service.GROUP if embedded else f"{inventory_service.GROUP}-{self.run_id}"
         call(endpoints, "TopicCreate", {"name": topic, "queues": 4, "type": "transaction"})
+        wait_topic(endpoints, topic)  # on every broker of a cluster before anyone sends
         console.print(f"broker at {endpoints}; topic {topic}")
         db = order_service.OrderDb(self.orders_db_url)
         service = order_service.OrderService(endpoints, db, topic=topic)
