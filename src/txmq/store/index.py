@@ -103,8 +103,14 @@ class MessageIndex:
 
     def holds(self, h: int, phys: int) -> bool:
         """Is ``phys`` among the offsets indexed under ``h``? (Chains run newest first, so the
-        walk stops at the first offset below it.)"""
-        return phys in self.iter_candidates(h, floor=phys)
+        walk stops at the first offset below it.) True as well when the walk reaches its step
+        bound first: a lookup could not reach that entry either, and it is not missing."""
+        steps = 0
+        for got in self.iter_candidates(h, floor=phys):
+            if got == phys:
+                return True
+            steps += 1
+        return steps >= limits.INDEX_CHAIN_STEPS_MAX
 
     def candidates(self, h: int, *, floor: int = 0) -> list[int]:
         """Commit-log offsets indexed under ``h``, newest first, none below ``floor``."""
