@@ -324,3 +324,50 @@ def test_a_bad_acl_file_is_refused_at_start_in_one_line(
     assert str(acl) in lines[0] and says in lines[0]
     assert not any(v in lines[0] for v in [*SECRETS.values(), "0123456789abcdef"])
     assert not (tmp_path / "d").exists()  # refused before the data directory is touched
+
+
+def test_a_secured_cluster_members_sign_and_encrypt_their_calls_to_each_other(
+    tmp_path: Path, pki: Bundle
+) -> None:
+    from tests.integration.test_cluster import free_ports
+    from txmq.broker.cluster_file import ClusterFile, Member, write
+
+    members = tuple(Member(f"b{i}", "127.0.0.1", p) for i, p in enumerate(free_ports(2)))
+    cluster = tmp_path / "cluster.toml"
+    write(cluster, ClusterFile("secure", members))
+    acl = write_acl(tmp_path / "acl.toml", ACL)
+    config = tmp_path / "broker.toml"
+    config.write_text(f'[broker]\ncluster_access_key = "ops"\ncluster_ca_file = "{pki.ca}"\n')
+    common = ["--acl-file", str(acl), "--tls-cert", str(pki.server_cert)]
+    common += ["--tls-key", str(pki.server_key), "--cluster", str(cluster)]
+    brokers = [
+        BrokerProcess(
+            tmp_path / m.name,
+            [*common, "--broker-name", m.name, "--config", str(config)],
+            port=m.port,
+        )
+        for m in members
+    ]
+    for b in brokers:
+        b.start()
+    try:
+        created = admin(brokers[0], pki, "TopicCreate", {"name": "sec-spread"}, "ops")
+        assert created["ok"], created
+        # The peer got the definition over TLS, signed as ops (or imports it at its next probe).
+        wait_until(
+            lambda: admin(brokers[1], pki, "TopicDescribe", {"name": "sec-spread"}, "ops")["ok"],
+            20,
+            "the topic on the peer",
+        )
+        assert "refused" not in brokers[0].log_tail(200) + brokers[1].log_tail(200)
+    finally:
+        for b in brokers:
+            b.stop()
+    # Without cluster_access_key a secured member is refused at start, in one line.
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(tmp_path / "d"), *common]
+    done = subprocess.run(
+        [*cmd, "--broker-name", "b0"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode in (1, 2) and "cluster_access_key" in done.stderr, done
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

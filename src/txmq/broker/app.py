@@ -27,7 +27,7 @@ import uvloop
 from txmq import limits, malloc
 from txmq.broker import cluster_file
 from txmq.broker.admin import add_admin
-from txmq.broker.auth import Guard, open_broker_notice, read_acl_file
+from txmq.broker.auth import Guard, open_broker_notice, peer_security, read_acl_file
 from txmq.broker.bundles import add_bundles
 from txmq.broker.checkback import CheckBack
 from txmq.broker.cluster_file import ClusterFile, Member
@@ -40,7 +40,8 @@ from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
-from txmq.errors import invariant
+from txmq.errors import ConfigError, invariant
+from txmq.protocol.client_security import ClientSecurity
 
 log = logging.getLogger("txmq.broker")
 
@@ -136,10 +137,11 @@ def membership_for(
     found: tuple[ClusterFile, Member] | None,
     port: int,
     now_ms: Callable[[], int],
+    peers: ClientSecurity,
 ) -> Membership:
     if found is None:
         return Membership.solo(advertised_host(config), port, now_ms=now_ms)
-    return Membership(found[0], found[1], now_ms=now_ms)
+    return Membership(found[0], found[1], now_ms=now_ms, security=peers)
 
 
 def advertised_host(config: BrokerConfig) -> str:
@@ -219,6 +221,7 @@ async def serve(
     found = cluster_member(config)  # before anything opens: a bad file changes nothing
     # Refused before the data directory is touched: a broker never runs with rules it misread.
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
+    peers = peer_security(config, acl)
     credentials = server_credentials(config)
     open_broker_notice(config.acl_file)
     executor = ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io")
@@ -235,7 +238,7 @@ async def serve(
         # A member binds the port its cluster file gives it: the file is what peers dial.
         member_port = config.port if found is None else found[1].port
         port = _bind(server, config, member_port, credentials)
-        membership = membership_for(config, found, port, parts.now_ms)
+        membership = membership_for(config, found, port, parts.now_ms, peers)
         consume, servicer = _add_services(server, parts, executor, membership)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
@@ -247,7 +250,7 @@ async def serve(
         await consume.start()
         tasks = Loops(parts, servicer).start(config.tick_ms / 1000.0)
         if guard is not None and hangup is not None:
-            tasks.append(asyncio.create_task(_reload_on(hangup, guard)))
+            tasks.append(asyncio.create_task(_reload_on(hangup, guard, config, membership)))
         if membership.peers:
             tasks.append(asyncio.create_task(_probe_forever(membership, parts, servicer)))
         if ready is not None:
@@ -272,14 +275,24 @@ async def _probe_forever(membership: Membership, parts: Parts, servicer: Messagi
     await _every(limits.CLUSTER_PROBE_PERIOD_MS / 1000.0, step, "cluster probe")
 
 
-async def _reload_on(hangup: asyncio.Event, guard: Guard) -> None:
-    """Re-read the ACL file each time ``hangup`` is set (off the loop: it reads a file)."""
+async def _reload_on(
+    hangup: asyncio.Event, guard: Guard, config: BrokerConfig, membership: Membership
+) -> None:
+    """Re-read the ACL file each time ``hangup`` is set (off the loop: it reads a file). The
+    calls to cluster peers sign with the new secret of cluster_access_key from then on."""
     while True:
         await hangup.wait()
         hangup.clear()
         acl = await asyncio.to_thread(guard.reload_read)
-        if acl is not None:
-            guard.replace(acl)
+        if acl is None:
+            continue
+        try:
+            peers = peer_security(config, acl)
+        except ConfigError as exc:
+            log.error("ACL reload refused, keeping the previous rules: %s", exc)
+            continue
+        guard.replace(acl)
+        membership.security = peers
 
 
 async def _shutdown(

@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from txmq import limits
+from txmq.broker.config import BrokerConfig
 from txmq.errors import ConfigError, ForbiddenError, UnauthorizedError, invariant
 from txmq.protocol import auth
 from txmq.protocol.acl import Acl, User, parse_acl
+from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger("txmq.broker")
 
@@ -312,6 +314,37 @@ def drop_unpublishable(user: User, settings: Any) -> list[str]:
         del topics[:]
         topics.extend(copies)
     return refused
+
+
+def peer_security(config: BrokerConfig, acl: Acl | None) -> ClientSecurity:
+    """How this member calls its cluster peers' admin channel: signed as
+    ``cluster_access_key`` (an admin of the ACL file) when the members check credentials, over
+    TLS trusting ``cluster_ca_file`` when they serve TLS.
+
+    Raises:
+        ConfigError: a secured cluster member without what its peers will ask for.
+    """
+    if config.cluster_file is None:
+        return PLAINTEXT
+    key = secret = ""
+    if acl is not None:
+        user = acl.user(config.cluster_access_key) if config.cluster_access_key else None
+        if user is None or not user.admin:
+            raise ConfigError(
+                "cluster_access_key: a cluster member with an ACL file needs an admin user of "
+                f"that file to sign its calls to its peers, got {config.cluster_access_key!r}"
+            )
+        key, secret = user.access_key, user.secret_key
+    if config.tls_cert is None:
+        return ClientSecurity(key, secret)
+    if config.tls_client_ca is not None:
+        raise ConfigError("tls_client_ca: mutual TLS between cluster members is not supported")
+    if config.cluster_ca_file is None:
+        raise ConfigError(
+            "cluster_ca_file: a cluster member serving TLS needs the CA that signed its peers' "
+            "certificates"
+        )
+    return ClientSecurity(key, secret, tls=True, ca_file=config.cluster_ca_file)
 
 
 def open_broker_notice(acl_file: Path | None) -> None:

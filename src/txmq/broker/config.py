@@ -54,6 +54,10 @@ class BrokerConfig:
     # broker_name, or the one whose endpoint is host:port; it then binds its member's port.
     cluster_file: Path | None = None
     broker_name: str = ""
+    # A secured cluster (docs/security.md): the ACL user (an admin) whose secret signs this
+    # member's calls to its peers, and the CA that signed the peers' TLS certificates.
+    cluster_access_key: str = ""
+    cluster_ca_file: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -30,6 +30,7 @@ from txmq.broker.cluster_file import ClusterFile, Member
 from txmq.broker.topics import TopicInfo, TopicRegistry
 from txmq.errors import BadRequestError, TxmqError
 from txmq.model import MessageType
+from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
 
 log = logging.getLogger("txmq.broker")
 ADMIN_SERVICE = "txmq.admin.v1.Admin"
@@ -89,10 +90,20 @@ def define(topics: TopicRegistry, d: dict[str, Any]) -> str:
 
 
 class Membership:
-    def __init__(self, cluster: ClusterFile, me: Member, *, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        cluster: ClusterFile,
+        me: Member,
+        *,
+        now_ms: Callable[[], int],
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.cluster = cluster
         self.me = me
         self.now_ms = now_ms
+        # Credentials and TLS for calls to peers (broker/auth.peer_security); replaced when the
+        # ACL file is reloaded, read by each call.
+        self.security = security
         self._peers = [PeerState(m) for m in cluster.members if m != me]
         self._tombstones: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -136,8 +147,9 @@ class Membership:
             # Reconnect quickly: a peer restarting must be back in the routes within a probe
             # or two, not after gRPC's default backoff (1 s doubling to 120 s).
             backoff_ms = limits.CLUSTER_PROBE_PERIOD_MS // 4
-            peer.channel = grpc.insecure_channel(
+            peer.channel = open_channel(
                 peer.member.endpoint,
+                self.security,
                 options=[
                     ("grpc.initial_reconnect_backoff_ms", backoff_ms),
                     ("grpc.min_reconnect_backoff_ms", backoff_ms),
@@ -148,7 +160,10 @@ class Membership:
         timeout_s = limits.CLUSTER_PEER_CALL_TIMEOUT_MS / 1000.0
         # wait_for_ready: a channel between reconnect attempts waits for the peer within the
         # deadline instead of failing at once, so a peer that just started is not "down".
-        return stub.future(json.dumps(args).encode(), timeout=timeout_s, wait_for_ready=True)
+        metadata = self.security.metadata(self.now_ms())
+        return stub.future(
+            json.dumps(args).encode(), metadata=metadata, timeout=timeout_s, wait_for_ready=True
+        )
 
     def _fan_out(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any] | str]:
         """Call ``method`` on every peer at once; peer name -> its reply, or why it failed."""
