@@ -59,6 +59,7 @@ def test_the_spark_connector_client_with_credentials_over_tls(
     from txmq.spark.client import BrokerClient
     from txmq.spark.options import TxmqOptionError, security
     from txmq.spark.source import TxmqPartition, read_partition
+    from txmq.txn.bundle import encode_message
 
     def options(who: str, secret: str | None = None) -> dict[str, str]:
         return {"accesskey": who, "secretkey": secret or SECRETS[who], "cafile": str(pki.ca)}
@@ -68,9 +69,19 @@ def test_the_spark_connector_client_with_credentials_over_tls(
     assert writer.tls and "secret" not in repr(writer)
     with BrokerClient(secure.endpoints, security=writer) as sink:
         sink.send(list(send_request().messages))  # what a sink task sends
+        # The sink's batched transactions: PrepareBundle needs publish, and so does deciding.
+        bundled = [
+            encode_message(
+                TOPIC, b"bundled", message_id="0102FC0000000100BB01", born_timestamp_ms=1
+            )
+        ]
+        half = sink.prepare_bundle(TOPIC, bundled, {})
+        sink.end_transaction(half, commit=False)
         with pytest.raises(ForbiddenError, match="may not subscribe to topic"):
             sink.queue_ranges(TOPIC)  # a publisher does not read
     with BrokerClient(secure.endpoints, security=reader) as source:
+        with pytest.raises(ForbiddenError, match="may not publish"):
+            source.prepare_bundle(TOPIC, bundled, {})
         ranges = source.queue_ranges(TOPIC)
     parts = [
         TxmqPartition(secure.endpoints, TOPIC, q, lo, hi, True, reader)

@@ -19,7 +19,8 @@ Rights per RPC (docs/security.md):
   are dropped from its Settings, so it is never asked to check back another topic's messages.
 - The admin channel: admin; MessageFind within one topic: subscribe on it (the Spark sink reads
   its ledger so); TopicDescribe: publish or subscribe on the topic (``txmq send``/``consume``
-  check the topic first). The data channel: subscribe on the topic for PullRecords and QueueOffsets.
+  check the topic first). The data channel: subscribe on the topic for PullRecords and
+  QueueOffsets, publish on it for PrepareBundle (the Spark sink's transactions).
   Any method not listed needs admin (fail closed for methods added later).
 """
 
@@ -288,9 +289,35 @@ def _json_topic_any(guard: Guard, user: User, body: Any) -> None:
         )
 
 
+def _bundle_topic(body: Any) -> str | None:
+    """The topic in a PrepareBundle request's JSON header (broker/bundles.py framing: a 4-byte
+    big-endian length, the header, then the messages), None when it is not there."""
+    if not isinstance(body, bytes | bytearray | memoryview) or len(body) < 4:
+        return None
+    length = int.from_bytes(body[:4], "big")
+    if length > limits.PULL_HEADER_SIZE_MAX or 4 + length > len(body):
+        return None
+    try:
+        header = json.loads(bytes(body[4 : 4 + length]))
+    except ValueError:
+        return None
+    topic = header.get("topic") if isinstance(header, dict) else None
+    return topic if isinstance(topic, str) else None
+
+
+def _bundle(guard: Guard, user: User, body: Any) -> None:
+    """PrepareBundle (the Spark sink's transactions): publish on the bundle's topic."""
+    topic = _bundle_topic(body)
+    if topic is None:
+        need_admin(guard, user, body)  # an unreadable header: only an admin reaches the handler
+        return
+    need_publish(user, topic)
+
+
 DATA_RULES: Final[dict[str, Rule]] = {
     "PullRecords": _data_topic,
     "QueueOffsets": _data_topic,
+    "PrepareBundle": _bundle,
 }
 # The admin channel: admin, except a lookup by key within one topic, which reads no more than
 # a subscriber of that topic may (the Spark sink reads its ledger topic that way).
