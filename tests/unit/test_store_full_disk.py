@@ -210,3 +210,15 @@ def test_retention_frees_space_on_a_full_disk(clock: Clock) -> None:
     disk.fail_writes_after = None
     store.append(draft(99))  # room again
     store.close()
+
+
+def test_the_reserve_comes_back_once_space_is_freed(clock: Clock) -> None:
+    disk = SimDisk(capacity=64 * limits.MiB)
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    assert disk.exists(ROOT / "reserve")
+    assert store.release_reserve()  # as a derived write on a full disk would
+    assert not disk.exists(ROOT / "reserve")
+    clock.advance(1_000)  # the next usage check
+    store.append(draft(1))
+    assert disk.exists(ROOT / "reserve"), "held again: the next full disk finds it"
+    store.close()

@@ -35,6 +35,16 @@ class Ballast:
         log.warning("released the %d-byte disk reserve", limits.STORE_RESERVE_BYTES)
         return True
 
+    def retake(self, free_bytes: int) -> None:
+        """After a release while running: take the reserve again once the disk has room for
+        it twice over (so taking it does not itself fill the disk). Quiet when it cannot."""
+        if free_bytes < 2 * limits.STORE_RESERVE_BYTES or self.disk.exists(self.path):
+            return
+        if self.take():
+            log.warning(
+                "disk space is back: the %d-byte reserve is held again", limits.STORE_RESERVE_BYTES
+            )
+
     def take(self) -> bool:
         """Reserve the space again; False (logged) when the disk has no room for it.
 

@@ -203,6 +203,7 @@ class Store:
         if self._appends % _DISK_CHECK_EVERY == 1 or now - self._disk_checked_ms >= _DISK_CHECK_MS:
             self._disk_used = self.disk.used_ratio(self.data_dir)
             self._disk_checked_ms = now
+            self._ballast.retake(self.disk.space(self.data_dir)[1])
         if self._disk_used > self.config.disk_watermark:
             raise DiskFullError.above_watermark(self._disk_used, self.config.disk_watermark)
 
