@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 
 from tests.conftest import SMALL, Clock
+from txmq import limits
 from txmq.cli.verify import verify
 from txmq.model import RecordDraft
 from txmq.store.consume_queue import ENTRY
@@ -151,3 +152,18 @@ def test_a_damaged_message_index_is_rebuilt_by_the_scrub(tmp_path: Path, clock: 
     assert s.find_by_message_id("m2") is not None and not s.recovery.rebuilt
     s.close()
     assert "missing from the index" not in verify(tmp_path)["problems"]
+
+
+def test_the_scrub_rests_between_whole_passes(tmp_path: Path, clock: Clock) -> None:
+    fill(tmp_path, clock)
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    s.scrub_step()  # the whole (small) log
+    s.scrub_step()  # the pass is complete: the rest begins
+    done = s.health.report()
+    assert done["scrub_passes"] == 1
+    s.scrub_step()
+    assert s.health.report()["scrubbed_bytes"] == done["scrubbed_bytes"], "resting"
+    clock.advance(limits.SCRUB_PASS_PAUSE_MS)
+    s.scrub_step()
+    assert s.health.report()["scrubbed_bytes"] > done["scrubbed_bytes"], "the next pass"
+    s.close()

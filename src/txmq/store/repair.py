@@ -138,16 +138,25 @@ class Scrubber:
         self.health = health
         self._cursor = Cursor(log.start_offset)
         self.index_rebuilt = False
+        self._rest_until = -1  # when the pass just finished may be followed by the next
 
-    def step(self, budget: int = limits.SCRUB_BYTES_PER_STEP) -> list[QueueKey]:
+    def step(
+        self, budget: int = limits.SCRUB_BYTES_PER_STEP, *, now_ms: int = 0, pause_ms: int = 0
+    ) -> list[QueueKey]:
         """Verify the next ``budget`` bytes; returns the queues it rebuilt (and rebuilds the
-        message index when a record is missing from it: ``index_rebuilt``)."""
+        message index when a record is missing from it: ``index_rebuilt``). After a whole
+        pass it rests ``pause_ms`` before the next one starts."""
         self.index_rebuilt = False
         end = self.dispatcher.end
         if self._cursor.offset >= end or self._cursor.offset < self.log.start_offset:
             if self._cursor.offset >= end and end > self.log.start_offset:
-                with self.health.lock:
-                    self.health.scrub_passes += 1
+                if self._rest_until < 0:
+                    self._rest_until = now_ms + pause_ms
+                    with self.health.lock:
+                        self.health.scrub_passes += 1
+                if now_ms < self._rest_until:
+                    return []
+            self._rest_until = -1
             self._cursor = Cursor(self.log.start_offset)
         before = self._cursor.scanned
         wrong: set[QueueKey] = set()

@@ -447,7 +447,9 @@ class Store:
         returns the queues it rebuilt. The broker calls this every second (store/repair.py)."""
         self._check_open()
         with self._scrub_lock:
-            rebuilt = self._scrubber.step(budget)
+            rebuilt = self._scrubber.step(
+                budget, now_ms=self.now_ms(), pause_ms=limits.SCRUB_PASS_PAUSE_MS
+            )
         if self._scrubber.index_rebuilt:
             # The checkpoint must count the new file's entries (recovery truncates to them),
             # even with no record appended since the last one.
