@@ -6,7 +6,8 @@ running one (``--endpoints``); the order service (order_service.py) placing orde
 injected failures, a second order-service process killed with SIGKILL mid-transaction; the
 inventory service (inventory_service.py) consuming idempotently with injected failures; the
 Spark aggregation (spark_job.py, skipped with a note without Java 17+); and the report
-(report.py). Exit code 0 only when every consistency check passes.
+(report.py). Exit code 0 only when every consistency check passes. ``--dashboard`` keeps
+``txmq dashboard`` running on the story's broker (or cluster) while it plays.
 Must not: reach into the broker's internals; everything goes through the official client and
 the admin channel, as a user's services would.
 """
@@ -17,10 +18,12 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from txmq.dashboard.background import maybe_dashboard
 from txmq.demo.report import Facts, activity_table, check_table, checks, fate_table
 from txmq.demo.steps import console, embedded_broker, embedded_cluster
 from txmq.demo.story import DemoRun
@@ -60,6 +63,16 @@ from txmq.demo.story import DemoRun
     default=None,
     help="Keep databases, logs and Parquet output here (default: a temporary directory).",
 )
+@click.option(
+    "--dashboard", is_flag=True, help="Run the web dashboard during the story, to watch it."
+)
+@click.option(
+    "--dashboard-port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port of --dashboard on 127.0.0.1 (0 picks a free one).",
+)
 def demo(
     orders: int,
     seed: int,
@@ -69,6 +82,8 @@ def demo(
     secure: bool,
     orders_db: str | None,
     work_dir: Path | None,
+    dashboard: bool,
+    dashboard_port: int,
 ) -> None:
     """Run the order/inventory story end to end and print a consistency report.
 
@@ -81,6 +96,9 @@ def demo(
     ok = False
     try:
         run = DemoRun(orders=orders, seed=seed, work=work, orders_db=orders_db, spark=not no_spark)
+        if dashboard and secure:
+            raise click.UsageError("--dashboard does not hold the --secure demo's admin keys")
+        story = _watched(run, dashboard_port if dashboard else None, work)
         if (endpoints is not None or secure) and brokers > 1:
             raise click.UsageError("--brokers starts its own plain cluster; drop it")
         if endpoints is None and secure:
@@ -88,15 +106,15 @@ def demo(
         elif endpoints is None and brokers > 1:
             console.print(f"[bold]starting an embedded cluster of {brokers} brokers[/bold]")
             with embedded_cluster(work, brokers) as ep:
-                facts = run.run(ep, embedded=True)
+                facts = story(ep, True)
         elif endpoints is None:
             console.print("[bold]starting an embedded broker[/bold]")
             with embedded_broker(work / "broker", work / "broker.log") as ep:
-                facts = run.run(ep, embedded=True)
+                facts = story(ep, True)
         else:
             if secure:
                 raise click.UsageError("--secure starts its own broker; drop --endpoints")
-            facts = run.run(endpoints, embedded=False)
+            facts = story(endpoints, False)
         ok = print_report(facts, time.monotonic() - started)
     finally:
         if work_dir is None and (ok or not any(work.iterdir())):
@@ -106,6 +124,18 @@ def demo(
             console.print(f"kept the databases and logs in {work}")
     if not ok:
         sys.exit(1)
+
+
+def _watched(run: DemoRun, port: int | None, work: Path) -> Callable[[str, bool], Facts]:
+    """``run.run``, with a dashboard on the story's endpoints while it plays when ``port``."""
+
+    def story(endpoints: str, embedded: bool) -> Facts:
+        with maybe_dashboard(endpoints, port=port, log=work / "dashboard.log") as url:
+            if url is not None:
+                console.print(f"[bold]dashboard at {url}/ [/bold] (open it to watch the story)")
+            return run.run(endpoints, embedded=embedded)
+
+    return story
 
 
 def _run_secure(run: DemoRun, work: Path) -> Facts:
