@@ -53,6 +53,8 @@ CODE_TOO_MANY_REQUESTS = 42900
 CODE_REQUEST_HEADER_FIELDS_TOO_LARGE = 43100
 CODE_MESSAGE_PROPERTIES_TOO_LARGE = 43101
 CODE_INTERNAL_ERROR = 50000
+CODE_HA_NOT_AVAILABLE = 50002
+CODE_SLAVE_PERSISTENCE_TIMEOUT = 50402
 CODE_INTERNAL_SERVER_ERROR = 50001
 CODE_HA_NOT_AVAILABLE = 50002
 CODE_PROXY_TIMEOUT = 50400
@@ -370,6 +372,22 @@ class CoordinationError(TxmqError):
     """etcd (leadership and fencing of replica groups) is unreachable, refused a call or is
     missing; the broker cannot lead or follow until it answers."""
 
+    retriable = True
+
+
+class NotLeaderError(TxmqError):
+    """This replica does not lead its group (a follower, or a leader whose lease lapsed): it
+    refuses writes; the message names the leader when one is known."""
+
+    code = CODE_HA_NOT_AVAILABLE
+    retriable = True
+
+
+class ReplicationTimeoutError(TxmqError):
+    """A write is durable on the leader but fewer than min_insync_replicas replicas confirmed
+    it in time: not acknowledged (a retry may store it twice, as any unanswered send)."""
+
+    code = CODE_SLAVE_PERSISTENCE_TIMEOUT
     retriable = True
 
 

@@ -396,3 +396,14 @@ REPLICA_FETCH_BYTES_MAX: Final = 1 * MiB
 # bundle's commit of SINK_BUNDLE_MESSAGES_MAX), so a fetch ends on a batch boundary.
 REPLICA_FETCH_RECORDS_MAX: Final = 16_384
 assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX
+# A follower's fetch at the leader's end waits this long for new records before it is answered
+# empty (a long poll: a SYNC write is confirmed one round trip after it is written).
+REPLICA_FETCH_WAIT_MS: Final = 200
+# A SYNC write not confirmed by min_insync_replicas within this long is answered with
+# SLAVE_PERSISTENCE_TIMEOUT (stored on the leader, not acknowledged); longer than a follower
+# needs to drop out of the in-sync set, so a dead follower costs one slow write, not a refusal.
+REPLICA_ACK_TIMEOUT_MS: Final = 5_000
+# A follower asks for the leader's topic definitions this often (they are not in the log).
+REPLICA_TOPICS_PERIOD_MS: Final = 1_000
+assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
+assert REPLICA_FETCH_WAIT_MS < ETCD_CALL_TIMEOUT_MS

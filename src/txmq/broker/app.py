@@ -36,8 +36,10 @@ from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.data import add_data
 from txmq.broker.decode import add_messaging_service
 from txmq.broker.edge import AuthInterceptor
+from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
+from txmq.broker.replication import Replication, add_replica
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, invariant
@@ -208,8 +210,11 @@ async def serve(
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
     hangup: asyncio.Event | None = None,
+    leadership: Leadership | None = None,
 ) -> None:
     """Run one broker until ``stop`` is set; ``ready(port)`` is called once it accepts RPCs.
+    With ``leadership`` it is its replica group's leader (replica_node.py): it serves the
+    Replica channel and acknowledges writes through ``Replication.acknowledge``.
 
     Raises:
         OSError: the port cannot be bound.
@@ -240,6 +245,12 @@ async def serve(
         port = _bind(server, config, member_port, credentials)
         membership = membership_for(config, found, port, parts.now_ms, peers)
         consume, servicer = _add_services(server, parts, executor, membership)
+        if leadership is not None:
+            replication = Replication(
+                parts.store, parts.topics, leadership, config.min_insync_replicas
+            )
+            add_replica(server, replication, servicer)
+            servicer.ack_gate = replication.acknowledge
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 
@@ -343,7 +354,12 @@ def run(config: BrokerConfig) -> None:
             name = f"{config.broker_name} " if config.broker_name else ""
             print(f"txmq broker {name}listening on {config.host}:{port}", flush=True)
 
-        await serve(config, ready=ready, stop=stop, hangup=hangup)
+        if config.etcd:
+            from txmq.broker.replica_node import serve_replica
+
+            await serve_replica(config, ready=ready, stop=stop, hangup=hangup)
+        else:
+            await serve(config, ready=ready, stop=stop, hangup=hangup)
 
     # uvloop (libuv) instead of asyncio's own loop: grpc.aio runs on it, and every RPC's
     # wake-ups, callbacks and cross-thread hand-offs cost less CPU there (bench_broker).

@@ -100,6 +100,13 @@ _D = BrokerConfig(data_dir=Path("data"))
     help="Cluster file (TOML): the cluster's name and every broker's name and endpoint.",
 )
 @click.option("--broker-name", help="This broker's name in the cluster file.")
+@click.option("--etcd", help="etcd HOST:PORT: run as one replica of a group led through etcd.")
+@click.option("--replica-group", help="The replica group's name (default: --broker-name).")
+@click.option(
+    "--min-insync-replicas",
+    type=int,
+    help=f"Replicas holding a write before it is acknowledged ({_D.min_insync_replicas}).",
+)
 def broker(config_file: Path | None, **flags: Any) -> None:
     """Start a broker in the foreground (Ctrl-C or SIGTERM stops it cleanly).
 

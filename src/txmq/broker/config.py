@@ -58,8 +58,18 @@ class BrokerConfig:
     # member's calls to its peers, and the CA that signed the peers' TLS certificates.
     cluster_access_key: str = ""
     cluster_ca_file: Path | None = None
+    # Replication (docs/adr/0019-replication-leadership.md): with an etcd endpoint this broker
+    # is one replica of the group replica_group (default: its broker name), led through etcd;
+    # a write is acknowledged once min_insync_replicas replicas (the leader included) have it.
+    etcd: str = ""
+    replica_group: str = ""
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.min_insync_replicas <= limits.REPLICAS_MAX:
+            raise ConfigError(f"min_insync_replicas must be 1..{limits.REPLICAS_MAX}")
+        if self.etcd and not (self.replica_group or self.broker_name):
+            raise ConfigError("a replica needs --replica-group or --broker-name (its group)")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

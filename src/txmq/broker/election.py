@@ -69,7 +69,9 @@ class Election:
         """A write may be acknowledged as this group's now: we lead by ``leads``."""
         return self.leads(now_ms)
 
-    def next_step(self, now_ms: int) -> Step:
+    def next_step(self, now_ms: int, *, eligible: bool = True) -> Step:
+        """The step due now; ``eligible`` False keeps a replica that was not in sync with the
+        last leader from campaigning (no unclean election, ADR 0019)."""
         if self.lease_id is not None and now_ms >= self.lease_deadline_ms:
             self._lapse()
         if self.leads(now_ms):
@@ -80,7 +82,7 @@ class Election:
         seen = self.observed_ms
         if seen is None or now_ms - seen >= limits.REPLICA_OBSERVE_PERIOD_MS:
             return Step.OBSERVE
-        if self.leader is None:
+        if self.leader is None and eligible:
             return Step.CAMPAIGN if self.lease_id is not None else Step.GRANT
         self.due_ms = seen + limits.REPLICA_OBSERVE_PERIOD_MS
         return Step.WAIT
@@ -154,7 +156,12 @@ class InSync:
         self.followers = {name: Follower(0, now_ms) for name in followers}
 
     def fetched(self, name: str, offset: int, leader_end: int, now_ms: int) -> None:
-        f = self.followers[name]
+        """Follower ``name`` fetched from ``offset``; a follower not seen before joins (the
+        group's members come and go with their processes)."""
+        f = self.followers.get(name)
+        if f is None:
+            invariant(len(self.followers) + 1 < limits.REPLICAS_MAX, "too many followers")
+            f = self.followers[name] = Follower(0, now_ms)
         invariant(offset <= leader_end, f"{name} fetched past the leader's end")
         f.fetched_to = max(f.fetched_to, offset)
         if offset >= leader_end:

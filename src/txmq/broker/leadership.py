@@ -60,6 +60,9 @@ class Leadership:
         self.election = Election(me, ttl_ms=ttl_ms)
         self.clock = clock
         self.changed = asyncio.Event()  # set whenever the observed leader changes
+        # May this replica campaign? A follower says no while it was not in sync with the
+        # last leader it fetched from (follower.py).
+        self.eligible: Callable[[], bool] = lambda: True
         self.errors = 0
 
     @property
@@ -73,7 +76,7 @@ class Leadership:
         """Run the one step the election wants now; returns it."""
         e = self.election
         now = self.clock()
-        step = e.next_step(now)
+        step = e.next_step(now, eligible=self.eligible())
         before = e.leader
         try:
             if step is Step.GRANT:

@@ -89,6 +89,8 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.now_ms = now_ms
         self.consume = consume
         self.membership = membership or Membership.solo(*endpoint, now_ms=now_ms)
+        # Replication (replication.py): every write passes this before it is acknowledged.
+        self.ack_gate: Callable[[], Awaitable[None]] | None = None
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (store, coordinator) in the executor."""
@@ -249,6 +251,11 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         else:
             steps = self.sends.send_steps(items, client_id=cid)
             outcomes = await durable.drive(steps, self.executor)
+        if self.ack_gate is not None:
+            try:
+                await self.ack_gate()
+            except errors.TxmqError as exc:
+                return sv.SendMessageResponse(status=fail(exc))
         entries = []
         for msg, got in zip(msgs, outcomes, strict=True):
             if isinstance(got, Exception):
@@ -289,6 +296,8 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
                 decided = await durable.drive(self.sends.end_steps(end, block=False), self.executor)
             except DecisionInFlightError:
                 decided = await self.run(self.sends.end, end)  # waits for the other one
+            if self.ack_gate is not None:
+                await self.ack_gate()
             if decided.outcome is Outcome.COMMITTED:
                 # The commit record is the message entering its queue: wake that topic.
                 self.notify_appended(decided.topic)

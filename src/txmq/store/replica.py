@@ -26,6 +26,7 @@ from txmq.store.store import Store
 
 _BATCH_LEFT = struct.Struct(">H")
 _PHYSICAL_OFFSET = struct.Struct(">q")
+_CRC = struct.Struct(">I")  # bytes [8, 12) of a record
 
 
 class DivergedError(OffsetNotFoundError):
@@ -149,3 +150,29 @@ def _write_batch(store: Store, chunk: bytes, batch: list[codec.Entry]) -> None:
         if codec.enters_queue(e.flag):
             store._next_queue_offset[(e.topic, e.queue_id)] = e.queue_offset + 1
         store._last_store_ms = max(store._last_store_ms, e.store_timestamp_ms)
+
+
+def last_of(data: bytes) -> tuple[int, int]:
+    """(physical offset, CRC) of the last record of a non-empty shipment."""
+    pos, last = 0, 0
+    while pos < len(data):
+        last = pos
+        pos += codec.peek(data, pos)[0]
+    invariant(pos == len(data) and len(data) > 0, "a shipment is whole records")
+    (phys,) = _PHYSICAL_OFFSET.unpack_from(data, last + codec.PHYSICAL_OFFSET_AT)
+    return phys, _CRC.unpack_from(data, last + 8)[0]
+
+
+def tail_of(store: Store) -> tuple[int, int] | None:
+    """(physical offset, CRC) of the store's last record, None for an empty log. Reads the
+    last segment that holds a record (at most a few segments' worth after a roll)."""
+    for seg in reversed(list(store.log.segments)):
+        found: tuple[int, int] | None = None
+        for rec, _end in store.log.scan_for_recovery(seg.start):
+            if rec is None or rec.physical_offset >= store.log_end_offset:
+                break
+            found = (rec.physical_offset, rec.size)
+        if found is not None:
+            head = store.log.read_raw(found[0], 12)
+            return found[0], _CRC.unpack_from(head, 8)[0]
+    return None

@@ -1,0 +1,212 @@
+"""A follower replica: copy the leader's commit log and topics; answer clients with the leader.
+
+Owns: the fetch loop (long polls to the leader's Replica channel from this store's end, each
+answer appended verbatim by ``store.replica.append_shipped``), the leader's topic definitions
+(every ``REPLICA_TOPICS_PERIOD_MS``), a divergent tail (the leader does not hold our last record:
+the store is emptied and fetched again from 0, the coarsest truncation that is always right),
+and the follower's gRPC face: QueryRoute answers the leader's endpoint under the group's name,
+writes are refused with HA_NOT_AVAILABLE naming the leader, Replica.Status says "follower".
+Must not: take writes or run the transaction book, deliveries or check-backs: all of those
+start from the log when this replica is promoted (replica_node.py opens a full broker then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+from txmq import limits
+from txmq.broker import routes
+from txmq.broker.admin import refusal
+from txmq.broker.cluster_file import Member
+from txmq.broker.config import BrokerConfig
+from txmq.broker.data import HEADER_LENGTH, frame
+from txmq.broker.leadership import Leadership
+from txmq.broker.membership import define
+from txmq.broker.replication import SERVICE
+from txmq.broker.replies import fail
+from txmq.broker.topics import TopicRegistry
+from txmq.errors import (
+    BadRequestError,
+    CorruptRecordError,
+    NotLeaderError,
+    TopicNotFoundError,
+)
+from txmq.protocol import mapping
+from txmq.store.replica import append_shipped, last_of, tail_of
+from txmq.store.store import Store
+
+log = logging.getLogger(__name__)
+_DIVERGED = "is not the leader's"
+
+
+class Follower:
+    """One follower's state while it follows (closed before promotion)."""
+
+    def __init__(self, config: BrokerConfig, leadership: Leadership, group: str) -> None:
+        self.config = config
+        self.leadership = leadership
+        self.group = group
+        self.store_dir: Path = config.data_dir / "store"
+        self.store = Store.open(self.store_dir, config.store, now_ms=leadership.clock)
+        self.topics = TopicRegistry(
+            config.data_dir / "topics.json", self.store.disk, auto_create=False, default_queues=1
+        )
+        self.last = tail_of(self.store)
+        self.leader_end = 0
+        # In sync as of our last contact with the leader: caught up to its end within
+        # REPLICA_LAG_MAX_MS before our last successful fetch (ADR 0019). A fresh process is.
+        self.fetched_ms = 0
+        self.caught_up_ms = 0
+        self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS
+        self._channel: tuple[str, Any] | None = None
+        leadership.eligible = self.eligible
+
+    def eligible(self) -> bool:
+        return self.fetched_ms - self.caught_up_ms <= limits.REPLICA_LAG_MAX_MS
+
+    def close(self) -> None:
+        if self._channel is not None:
+            asyncio.get_running_loop().create_task(self._channel[1].close())
+        self.store.close()
+
+    def _stub(self, endpoint: str) -> Any:
+        if self._channel is None or self._channel[0] != endpoint:
+            if self._channel is not None:
+                asyncio.get_running_loop().create_task(self._channel[1].close())
+            self._channel = (endpoint, grpc.aio.insecure_channel(endpoint))
+        return self._channel[1].unary_unary(f"/{SERVICE}/Fetch")
+
+    async def step(self) -> None:
+        """One fetch from the current leader (or a short wait when there is none)."""
+        leader = self.leadership.leader
+        if leader is None or leader.name == self.leadership.election.me:
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            return
+        now = self.leadership.clock()
+        want_topics = now - self._topics_ms >= limits.REPLICA_TOPICS_PERIOD_MS
+        args = {
+            "follower": self.leadership.election.me,
+            "from": self.store.log_end_offset,
+            "epoch": leader.epoch,
+            "last": list(self.last) if self.last else None,
+            "topics": want_topics,
+        }
+        call = self._stub(leader.endpoint)
+        timeout = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
+        try:
+            reply = await call(json.dumps(args).encode(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            log.info("fetch from %s failed: %s", leader.endpoint, exc.code())
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            return
+        await self._apply(reply, want_topics, now)
+
+    async def _apply(self, reply: bytes, want_topics: bool, now: int) -> None:
+        (n,) = HEADER_LENGTH.unpack_from(reply, 0)
+        header = json.loads(reply[4 : 4 + n])
+        data = bytes(reply[4 + n :])
+        if not header.get("ok"):
+            if _DIVERGED in str(header.get("error", "")):
+                await asyncio.to_thread(self._start_over)
+                return
+            log.info("leader refused a fetch: %s", header.get("error"))
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            return
+        if data:
+            end = await asyncio.to_thread(append_shipped, self.store, data)
+            if end != header["next_offset"]:
+                raise CorruptRecordError(end, f"leader said next offset {header['next_offset']}")
+            self.last = last_of(data)
+        self.leader_end = int(header["leader_end"])
+        self.fetched_ms = now
+        if self.store.log_end_offset >= self.leader_end:
+            self.caught_up_ms = now
+        if want_topics and "topics" in header:
+            self._topics_ms = now
+            for d in header["topics"]:
+                try:
+                    define(self.topics, d)
+                except BadRequestError as exc:
+                    log.warning("leader's topic not copied: %s", exc)
+
+    def _start_over(self) -> None:
+        """Our tail is not the leader's: drop the whole store and fetch again from 0."""
+        log.warning("this replica's log diverged from its leader: fetching it again from 0")
+        self.store.close()
+        shutil.rmtree(self.store_dir)
+        self.store = Store.open(self.store_dir, self.config.store, now_ms=self.leadership.clock)
+        self.last = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow until this replica leads or ``stop`` is set."""
+        while not stop.is_set() and not self.leadership.leads():
+            await self.step()
+
+    def status(self) -> dict[str, Any]:
+        leader = self.leadership.leader
+        end = self.store.log_end_offset
+        return {
+            "ok": True,
+            "name": self.leadership.election.me,
+            "role": "follower",
+            "leader": leader.name if leader else None,
+            "epoch": leader.epoch if leader else 0,
+            "end": end,
+            "lag_bytes": max(0, self.leader_end - end),
+        }
+
+
+class FollowerServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
+    """What a follower answers the official clients: routes to the leader; no writes."""
+
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+
+    def _refusal(self) -> NotLeaderError:
+        leader = self.follower.leadership.leader
+        where = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
+        return NotLeaderError(f"this replica follows{where}")
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        leader = self.follower.leadership.leader
+        try:
+            if leader is None:
+                raise self._refusal()
+            info = self.follower.topics.get(mapping.validate_topic(request.topic.name))
+            host, _, port = leader.endpoint.rpartition(":")
+            member = Member(self.follower.group, host, int(port))
+            queues = routes.message_queues(info, [member])
+        except (NotLeaderError, TopicNotFoundError, BadRequestError) as exc:
+            return sv.QueryRouteResponse(status=fail(exc))
+        return sv.QueryRouteResponse(status=mapping.status(), message_queues=queues)
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        return sv.SendMessageResponse(status=fail(self._refusal()))
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        return sv.EndTransactionResponse(status=fail(self._refusal()))
+
+
+def add_follower_services(server: Any, follower: Follower) -> None:
+    sg.add_MessagingServiceServicer_to_server(FollowerServicer(follower), server)
+
+    async def status(body: bytes, context: Any) -> bytes:
+        return frame(follower.status(), [])
+
+    async def fetch(body: bytes, context: Any) -> bytes:
+        return frame(refusal(NotLeaderError("this replica follows"), "Fetch"), [])
+
+    handlers = {
+        "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
+        "Status": grpc.unary_unary_rpc_method_handler(status),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

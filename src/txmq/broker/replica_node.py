@@ -1,0 +1,154 @@
+"""One replica of a group, from start to stop: follow, get promoted, lead, maybe follow again.
+
+Owns: the phases of a replica process (``txmq broker --etcd HOST:PORT --replica-group G``).
+The election runs for the whole life of the process (leadership.py). While another replica
+leads, this one is a ``Follower`` (follower.py: store only, copying the leader's log). Once it
+leads, it closes that store and opens a full broker on the same data directory (app.serve):
+recovery rebuilds the transaction book, queues and delay schedule from the copied log exactly
+as after a restart, so pending transactions are checked back by the new leader. When it stops
+leading (lease lapsed, etcd unreachable past its deadline, another leader seen), the broker is
+stopped and the process follows again; its unacknowledged tail is found divergent and dropped.
+Must not: decide leadership (election.py) or acknowledge writes itself (replication.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from txmq import limits
+from txmq.broker.app import _bind, advertised_host, serve
+from txmq.broker.config import BrokerConfig
+from txmq.broker.etcd import Etcd
+from txmq.broker.follower import Follower, add_follower_services
+from txmq.broker.leadership import Leadership
+from txmq.broker.membership import SOLO_NAME
+from txmq.broker.parts import lock_data_dir
+from txmq.errors import ConfigError
+
+log = logging.getLogger(__name__)
+_SHUTDOWN_GRACE_S = 1.0
+
+
+def _check(config: BrokerConfig) -> None:
+    unsupported = [
+        flag
+        for flag, value in (
+            ("--cluster", config.cluster_file),
+            ("--acl-file", config.acl_file),
+            ("--tls-cert", config.tls_cert),
+        )
+        if value is not None
+    ]
+    if unsupported:
+        raise ConfigError(f"a replica (--etcd) does not take {', '.join(unsupported)} yet")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def serve_replica(
+    config: BrokerConfig,
+    *,
+    ready: Callable[[int], None] | None = None,
+    stop: asyncio.Event,
+    hangup: asyncio.Event | None = None,
+) -> None:
+    """Run one replica until ``stop`` is set; ``ready(port)`` once, when it first listens."""
+    _check(config)
+    group = config.replica_group or config.broker_name
+    config = dataclasses.replace(config, port=config.port or _free_port(config.host))
+    endpoint = f"{advertised_host(config)}:{config.port}"
+    leadership = Leadership(
+        Etcd(config.etcd), SOLO_NAME, group, config.broker_name or endpoint, endpoint
+    )
+    announced: list[int] = []
+
+    def once(port: int) -> None:
+        if not announced and ready is not None:
+            ready(port)
+        announced.append(port)
+
+    steps = asyncio.create_task(leadership.run())
+    try:
+        while not stop.is_set():
+            if leadership.leads():
+                await _lead(config, leadership, stop, hangup, once)
+            else:
+                await _follow(config, leadership, group, stop, once)
+    finally:
+        steps.cancel()
+        await asyncio.gather(steps, return_exceptions=True)
+        if leadership.leads():
+            await leadership.resign()  # a clean stop hands over within an observe period
+
+
+async def _lead(
+    config: BrokerConfig,
+    leadership: Leadership,
+    stop: asyncio.Event,
+    hangup: asyncio.Event | None,
+    ready: Callable[[int], None],
+) -> None:
+    leader = leadership.leader
+    log.info("leading group as %s (epoch %s)", leadership.election.me, leader and leader.epoch)
+    lead_stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set() and leadership.leads():
+            with contextlib.suppress(TimeoutError):  # look at the lease again
+                await asyncio.wait_for(stop.wait(), limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+        lead_stop.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await serve(config, ready=ready, stop=lead_stop, hangup=hangup, leadership=leadership)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    if not stop.is_set():
+        log.warning("stopped leading (lease lapsed or another leader): following again")
+
+
+async def _follow(
+    config: BrokerConfig,
+    leadership: Leadership,
+    group: str,
+    stop: asyncio.Event,
+    ready: Callable[[int], None],
+) -> None:
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    lock_fd = lock_data_dir(config.data_dir)
+    try:
+        follower = await asyncio.to_thread(Follower, config, leadership, group)
+        try:
+            server = _follower_server(config, follower)
+            port = _bind(server, config, config.port, None)
+            await server.start()
+            ready(port)
+            try:
+                await follower.run(stop)
+            finally:
+                await server.stop(grace=_SHUTDOWN_GRACE_S)
+        finally:
+            follower.close()
+    finally:
+        os.close(lock_fd)
+
+
+def _follower_server(config: BrokerConfig, follower: Follower) -> Any:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    add_follower_services(server, follower)
+    return server

@@ -1,0 +1,161 @@
+"""The leader's side of a replica group: the Replica channel, the in-sync set, SYNC acks.
+
+Owns: ``txmq.replica.v1.Replica`` (``Fetch``: a follower's long poll for the commit log from
+its end offset; ``Status``: this replica's role, leader, epoch, end, in-sync set and lags),
+and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
+replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
+that many in-sync replicas (ADR 0019).
+Must not: elect (leadership.py) or append shipped records (follower.py).
+
+Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
+JSON header, then the records. Fetch takes ``{"follower", "from", "epoch", "last"?, "topics"?}``
+(``last`` = [offset, crc] of the follower's last record, to detect a divergent tail) and answers
+``{"ok", "next_offset", "leader_end", "epoch", "topics"?}`` + records, or a refusal
+(``{"ok": false, "code", "error"}``). A fetch naming another epoch than this leader's is
+refused: a stale leader ships nothing to a follower that knows a newer one, and a follower
+never appends from one that is not its epoch's leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+import time
+from typing import Any, Final
+
+import grpc
+
+from txmq import limits
+from txmq.broker.admin import refusal
+from txmq.broker.data import _args, _int, frame
+from txmq.broker.election import InSync
+from txmq.broker.leadership import Leadership
+from txmq.broker.membership import definition
+from txmq.broker.topics import TopicRegistry
+from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError
+from txmq.store.replica import DivergedError, ship
+from txmq.store.store import Store
+
+SERVICE: Final = "txmq.replica.v1.Replica"
+_CRC = struct.Struct(">I")
+
+
+def record_crc(store: Store, offset: int) -> int | None:
+    """The CRC field of the record at ``offset`` (None when no record can start there)."""
+    try:
+        head = store.log.read_raw(offset, 12)
+    except OffsetNotFoundError:
+        return None  # outside the log: the follower's tail is not ours
+    return _CRC.unpack_from(head, 8)[0] if len(head) == 12 else None
+
+
+class Replication:
+    """A leading replica's bookkeeping (one per broker process while it leads)."""
+
+    def __init__(
+        self, store: Store, topics: TopicRegistry, leadership: Leadership, min_insync: int
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.leadership = leadership
+        self.min_insync = min_insync
+        self.insync = InSync([], now_ms=leadership.clock())
+        self._appended = asyncio.Event()  # a write happened: wake fetchers at the end
+        self._progress = asyncio.Event()  # a follower fetched further: wake waiting acks
+
+    def _check_leading(self) -> None:
+        if not self.leadership.leads():
+            leader = self.leadership.leader
+            named = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
+            raise NotLeaderError(f"{self.leadership.election.me} does not lead its group{named}")
+
+    async def acknowledge(self) -> None:
+        """Return once every write made so far may be acknowledged; raise otherwise.
+
+        Raises:
+            NotLeaderError: this replica does not lead (by its own clock, ADR 0019).
+            ReplicationTimeoutError: fewer than min_insync replicas had it in time.
+        """
+        self._check_leading()
+        end = self.store.log_end_offset
+        self._appended.set()
+        deadline = time.monotonic() + limits.REPLICA_ACK_TIMEOUT_MS / 1000
+        clock = self.leadership.clock
+        while self.insync.durable_end(self.store.log_end_offset, self.min_insync, clock()) < end:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ReplicationTimeoutError(
+                    f"offset {end} is not on {self.min_insync} in-sync replicas after"
+                    f" {limits.REPLICA_ACK_TIMEOUT_MS} ms (in sync: {self.insync.members(clock())})"
+                )
+            self._progress.clear()
+            # On a timeout, look again: a follower may have left the in-sync set meanwhile.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), min(left, 0.5))
+        self._check_leading()  # a lease that lapsed while we waited: not acknowledged
+
+    async def fetch(self, args: dict[str, Any], run: Any) -> tuple[dict[str, Any], bytes]:
+        self._check_leading()
+        leader = self.leadership.leader
+        assert leader is not None  # leads() implies a leader
+        if _int(args, "epoch") != leader.epoch:
+            raise NotLeaderError(
+                f"fetch for epoch {args.get('epoch')} at the leader of epoch {leader.epoch}"
+            )
+        name, start = str(args.get("follower", "")), _int(args, "from")
+        last = args.get("last")
+        if last is not None and record_crc(self.store, int(last[0])) != int(last[1]):
+            raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
+        self.insync.fetched(name, start, self.store.log_end_offset, self.leadership.clock())
+        self._progress.set()
+        if start >= self.store.log_end_offset:
+            self._appended.clear()
+            # On a timeout it is answered empty (or with writes that skip acknowledge).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._appended.wait(), limits.REPLICA_FETCH_WAIT_MS / 1000)
+        shipment = await run(ship, self.store, start)
+        header: dict[str, Any] = {
+            "ok": True,
+            "next_offset": shipment.next_offset,
+            "leader_end": shipment.leader_end,
+            "epoch": leader.epoch,
+        }
+        if args.get("topics"):
+            header["topics"] = [definition(info) for info in self.topics.list()]
+        return header, shipment.data
+
+    def status(self) -> dict[str, Any]:
+        now = self.leadership.clock()
+        end = self.store.log_end_offset
+        leader = self.leadership.leader
+        return {
+            "ok": True,
+            "name": self.leadership.election.me,
+            "role": "leader" if self.leadership.leads() else "stepping-down",
+            "leader": leader.name if leader else None,
+            "epoch": leader.epoch if leader else 0,
+            "end": end,
+            "in_sync": [self.leadership.election.me, *self.insync.members(now)],
+            "lag_bytes": self.insync.lag_bytes(end),
+        }
+
+
+def add_replica(server: Any, replication: Replication, service: Any) -> None:
+    """Register the Replica channel (leader side) on ``server``."""
+
+    async def fetch(body: bytes, context: Any) -> bytes:
+        try:
+            header, data = await replication.fetch(_args(body), service.run)
+            return frame(header, [data])
+        except Exception as exc:
+            return frame(refusal(exc, "Fetch"), [])
+
+    async def status(body: bytes, context: Any) -> bytes:
+        return frame(replication.status(), [])
+
+    handlers = {
+        "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
+        "Status": grpc.unary_unary_rpc_method_handler(status),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

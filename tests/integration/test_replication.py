@@ -1,0 +1,147 @@
+"""Replica groups with real processes, a real etcd and the official client (issue 19).
+
+Two replicas of one group (``txmq broker --etcd E --replica-group g``) with SYNC replication
+(``--min-insync-replicas 2``): one leads, the other copies its log. Producers send and decide
+transactions through the official client; the leader is killed with SIGKILL and its data
+directory deleted; the follower must lead within 10 s and deliver every acknowledged message
+and no rolled-back one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from rocketmq import TransactionResolution as R
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+from tests.integration.clients import Checker, consumer, drain, message, producer
+from tests.integration.conftest import FAST, BrokerProcess, wait_until
+
+from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
+
+FAILOVER_S = 10.0
+
+
+def status(endpoint: str) -> dict[str, object]:
+    """A replica's Replica.Status header ({} when it does not answer)."""
+    with grpc.insecure_channel(endpoint) as ch:
+        call = ch.unary_unary("/txmq.replica.v1.Replica/Status")
+        try:
+            reply = call(b"{}", timeout=2)
+        except grpc.RpcError:
+            return {}
+    (n,) = struct.unpack_from(">I", reply, 0)
+    doc: dict[str, object] = json.loads(reply[4 : 4 + n])
+    return doc
+
+
+def route(endpoint: str, topic: str) -> list[int]:
+    """The ports QueryRoute at ``endpoint`` names for ``topic`` ([] when refused)."""
+    with grpc.insecure_channel(endpoint) as ch:
+        stub = sg.MessagingServiceStub(ch)
+        r = stub.QueryRoute(sv.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=2)
+    if r.status.code != pb.OK:
+        return []
+    return sorted({q.broker.endpoints.addresses[0].port for q in r.message_queues})
+
+
+def create_topic(leader: BrokerProcess, follower: BrokerProcess, topic: str) -> None:
+    """Auto-create ``topic`` on the leader (a route query does) and wait for the follower."""
+    assert route(leader.endpoints, topic) == [leader.port]
+    wait_until(lambda: route(follower.endpoints, topic) == [leader.port], 10, "topic copied")
+
+
+def replicas(tmp_path: Path, etcd: str, *extra: str) -> list[BrokerProcess]:
+    out = []
+    for name in ("r0", "r1"):
+        b = BrokerProcess(
+            tmp_path / name,
+            [*FAST, "--etcd", etcd, "--replica-group", "g", "--broker-name", name, *extra],
+        )
+        b.start()
+        out.append(b)
+    return out
+
+
+def leader_of(group: list[BrokerProcess]) -> tuple[BrokerProcess, BrokerProcess]:
+    found: list[BrokerProcess] = []
+
+    def one_leads() -> bool:
+        found[:] = [b for b in group if b.running and status(b.endpoints).get("role") == "leader"]
+        return len(found) == 1
+
+    wait_until(one_leads, 20, "one replica to lead")
+    leader = found[0]
+    return leader, next(b for b in group if b is not leader)
+
+
+@pytest.fixture
+def group(tmp_path: Path, etcd_endpoint: str):  # type: ignore[no-untyped-def]  # noqa: F811
+    started = replicas(tmp_path, etcd_endpoint, "--min-insync-replicas", "2")
+    yield started
+    for b in started:
+        if b.running:
+            b.stop()
+
+
+def test_sync_replicas_fail_over_without_losing_an_acknowledged_message(group) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = leader_of(group)
+    wait_until(lambda: status(follower.endpoints).get("role") == "follower", 20, "a follower")
+    create_topic(leader, follower, "orders")
+    # The producer is given the follower: its route names the leader, where it sends.
+    p = producer(follower.endpoints, ("orders",), Checker(lambda m: R.ROLLBACK))
+    sent, rolled = [], []
+    try:
+        for i in range(20):
+            sent.append(p.send(message("orders", f"plain-{i}".encode())).message_id)
+            tx = p.begin_transaction()
+            ok = p.send(message("orders", f"commit-{i}".encode()), tx)
+            tx.commit()
+            sent.append(ok.message_id)
+            tx = p.begin_transaction()
+            no = p.send(message("orders", f"rollback-{i}".encode()), tx)
+            tx.rollback()
+            rolled.append(no.message_id)
+    finally:
+        p.shutdown()
+    st = status(leader.endpoints)
+    assert st["role"] == "leader" and "r0" in st["in_sync"] and "r1" in st["in_sync"], st
+    # Every acknowledged write is on the follower already (SYNC): kill the leader, lose its disk.
+    leader.kill9()
+    shutil.rmtree(leader.data_dir)
+    killed = time.monotonic()
+    wait_until(lambda: status(follower.endpoints).get("role") == "leader", FAILOVER_S, "failover")
+    took = time.monotonic() - killed
+    print(f"failover: the follower led {took:.2f} s after the leader was killed")
+    assert took < FAILOVER_S
+    c = consumer(follower.endpoints, "billing", "orders")
+    try:
+        got = drain(c, len(sent), timeout_s=30)
+    finally:
+        c.shutdown()
+    ids = [m.message_id for m in got]
+    assert set(sent) <= set(ids), f"lost {set(sent) - set(ids)} after a {took:.1f} s failover"
+    assert not set(rolled) & set(ids)
+    bodies = {bytes(m.body).decode() for m in got}
+    assert not any(b.startswith("rollback") for b in bodies)
+
+
+def test_a_follower_refuses_writes_and_routes_to_the_leader(group) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = leader_of(group)
+    create_topic(leader, follower, "t")
+    props = pb.SystemProperties(message_id="01", body_encoding=pb.IDENTITY, message_type=pb.NORMAL)
+    req = sv.SendMessageRequest(
+        messages=[pb.Message(topic=pb.Resource(name="t"), body=b"y", system_properties=props)]
+    )
+    with grpc.insecure_channel(follower.endpoints) as ch:
+        refused = sg.MessagingServiceStub(ch).SendMessage(req, timeout=2)
+    assert refused.status.code == pb.HA_NOT_AVAILABLE
+    assert f"the leader is {status(leader.endpoints)['name']}" in refused.status.message
