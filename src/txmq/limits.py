@@ -313,6 +313,9 @@ AUTH_CLIENT_IDS_MAX: Final = CLIENTS_MAX
 ACL_USERS_MAX: Final = 10_000
 ACL_PATTERNS_PER_USER_MAX: Final = 1_000
 ACL_FILE_SIZE_MAX: Final = 4 * MiB
+# Refusal lines logged per second: a client retrying bad credentials in a loop must not fill
+# the log; the rest are counted (txmq_calls_refused) and summed up in the next line.
+REFUSAL_LOG_LINES_PER_SECOND_MAX: Final = 10
 assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
 assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
 assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX

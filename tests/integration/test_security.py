@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -262,8 +263,13 @@ def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, pki: Bundle) -> N
 
 
 def test_sighup_reloads_the_acl_and_a_bad_file_keeps_the_old_rules(tmp_path: Path) -> None:
+    from tests.integration.test_cluster import free_ports
+
     acl = write_acl(tmp_path / "acl.toml", ACL)
-    b = BrokerProcess(tmp_path / "broker", ["--acl-file", str(acl)])
+    (metrics_port,) = free_ports(1)
+    b = BrokerProcess(
+        tmp_path / "broker", ["--acl-file", str(acl), "--metrics-port", str(metrics_port)]
+    )
     b.start()
     late = ("late-app", "late-secret-0123456789")
     request = sv.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
@@ -275,6 +281,10 @@ def test_sighup_reloads_the_acl_and_a_bad_file_keeps_the_old_rules(tmp_path: Pat
 
     try:
         assert route_code() == pb.UNAUTHORIZED
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(metrics_url, timeout=10) as page:
+            scraped = page.read().decode()
+        assert 'txmq_calls_refused_total{status="unauthorized"} 1.0' in scraped
         extra = f'\n[[users]]\naccess_key = "{late[0]}"\nsecret_key = "{late[1]}"\n'
         write_acl(acl, ACL + extra + f'publish = ["{TOPIC}"]\n')
         assert b.proc is not None

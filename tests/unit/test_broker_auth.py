@@ -95,3 +95,21 @@ def test_acl_file_permissions_and_reload(guard: Guard, tmp_path: Path) -> None:
     assert user is not None and user.publish.allows("u-1")
     with pytest.raises(ConfigError, match="cannot read ACL file"):
         read_acl_file(tmp_path / "missing.toml")
+
+
+def test_refusal_lines_are_bounded_per_second(
+    guard: Guard, caplog: pytest.LogCaptureFixture
+) -> None:
+    from txmq.broker.edge import AuthInterceptor
+    from txmq.errors import ForbiddenError
+
+    now = [1_000_000]
+    edge = AuthInterceptor(guard, lambda: now[0])
+    caplog.set_level("WARNING", logger="txmq.broker")
+    burst = limits.REFUSAL_LOG_LINES_PER_SECOND_MAX + 5
+    for _ in range(burst):
+        edge._log_refusal("/m", "peer", ForbiddenError("no"))
+    assert len(caplog.records) == limits.REFUSAL_LOG_LINES_PER_SECOND_MAX
+    now[0] += 1000
+    edge._log_refusal("/m", "peer", ForbiddenError("no"))
+    assert caplog.records[-1].getMessage().endswith("(5 more refusals not logged)")

@@ -157,9 +157,10 @@ def advertised_host(config: BrokerConfig) -> str:
     return config.host
 
 
-def _grpc_server(guard: Guard | None, now_ms: Callable[[], int]) -> Any:
+def _grpc_server(guard: Guard | None, parts: Parts) -> Any:
+    edge = None if guard is None else [AuthInterceptor(guard, parts.now_ms, parts.metrics.refusals)]
     return grpc.aio.server(
-        interceptors=[AuthInterceptor(guard, now_ms)] if guard is not None else None,
+        interceptors=edge,
         options=[
             ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -236,7 +237,7 @@ async def serve(
     guard = None
     if acl is not None and config.acl_file is not None:
         guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
-    server = _grpc_server(guard, parts.now_ms)
+    server = _grpc_server(guard, parts)
     consume: ConsumeRpcs | None = None
     membership: Membership | None = None
     try:

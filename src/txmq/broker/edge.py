@@ -73,10 +73,15 @@ def _plan(method: str) -> tuple[Rule, Refusal | None]:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, guard: Guard, now_ms: Callable[[], int]) -> None:
+    def __init__(self, guard: Guard, now_ms: Callable[[], int], refusals: Any = None) -> None:
         self.guard = guard
         self.now_ms = now_ms
+        # A labelled Prometheus counter (Metrics.refusals), or None.
+        self.refusals = refusals
         self._handlers: dict[str, Any] = {}
+        self._log_second = -1
+        self._log_lines = 0
+        self._log_suppressed = 0
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], details: Any
@@ -120,8 +125,24 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             self._unary_unary(handler.unary_unary, method, rule, refuse), **kinds
         )
 
+    def _log_refusal(self, method: str, peer: str, exc: TxmqError) -> None:
+        """At most REFUSAL_LOG_LINES_PER_SECOND_MAX lines a second; the rest are counted."""
+        second = self.now_ms() // 1000
+        if second != self._log_second:
+            self._log_second, self._log_lines = second, 0
+        if self._log_lines >= limits.REFUSAL_LOG_LINES_PER_SECOND_MAX:
+            self._log_suppressed += 1
+            return
+        self._log_lines += 1
+        more = f" ({self._log_suppressed} more refusals not logged)" if self._log_suppressed else ""
+        self._log_suppressed = 0
+        log.warning("refused %s from %s: %s%s", method, peer, exc, more)
+
     async def _refused(self, context: Any, method: str, exc: TxmqError, refuse: Any) -> Any:
-        log.warning("refused %s from %s: %s", method, context.peer(), exc)
+        self._log_refusal(method, context.peer(), exc)
+        if self.refusals is not None:
+            status = "forbidden" if isinstance(exc, ForbiddenError) else "unauthorized"
+            self.refusals.labels(status).inc()
         if refuse is None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         return refuse(exc)

@@ -68,6 +68,12 @@ class Metrics:
         self.acks = Counter("txmq_messages_acked", "Messages acknowledged", registry=r)
         self.dlq = Counter("txmq_messages_dead_lettered", "Messages moved to a DLQ", registry=r)
         self.checks = Counter("txmq_transaction_checks", "Check-back commands sent", registry=r)
+        self.refusals = Counter(
+            "txmq_calls_refused",
+            "Calls refused by the ACL (status: unauthorized, forbidden)",
+            ["status"],
+            registry=r,
+        )
         self.outcomes = Counter(
             "txmq_transaction_outcomes", "Transaction decisions", ["outcome", "source"], registry=r
         )
