@@ -153,7 +153,10 @@ def test_rss_stays_flat_over_rounds_of_abandoned_streams(tmp_path: Path) -> None
             after_round.append(proc_kib(b.proc.pid, "VmRSS"))
         print("RSS after each round (MiB):", [kib // 1024 for kib in after_round])
         assert max(after_round) < RSS_MAX_KIB
-        assert max(after_round[2:]) - min(after_round[2:]) < 96 * 1024, "RSS grows per round"
+        # malloc returns memory unevenly, so single rounds dip; a leak would lift the second
+        # half above the first.
+        first, second = after_round[:4], after_round[4:]
+        assert max(second) < max(first) + 64 * 1024, "RSS grows round over round"
     finally:
         channel.close()
         assert b.stop() == 0, b.log_tail()
