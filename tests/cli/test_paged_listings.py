@@ -21,6 +21,7 @@ from txmq import limits
 from txmq.cli.admin_client import call, call_pages
 from txmq.errors import BadRequestError
 from txmq.model import RecordDraft
+from txmq.spark.client import BrokerClient, build_message
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions
 from txmq.txn.steps import run_all
@@ -80,5 +81,12 @@ def test_txn_list_pages_through_50000_pending(tmp_path: Path) -> None:
             call(ep, "TopicCreate", {"name": name, "queues": 1})
         names = [t["name"] for t in call_pages(ep, "TopicList", {"limit": 1}, "topics")]
         assert names == ["paged-a", "paged-b", "paged-c"], "one per page, in name order"
+        with BrokerClient(ep) as client:  # MessageFind is bounded in bytes, not only in count
+            for i in range(3):
+                body = bytes([65 + i]) * (limits.ADMIN_PAGE_BYTES_MAX // 2)
+                client.send([build_message("paged-a", body, keys=["big"])])
+        found = call(ep, "MessageFind", {"key": "big", "topic": "paged-a", "max": 3})
+        assert len(found["messages"]) == 1 and found["truncated"], "the newest, and a flag"
+        assert len(json.dumps(found)) < 2 * limits.ADMIN_PAGE_BYTES_MAX
     finally:
         broker.stop()

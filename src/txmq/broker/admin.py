@@ -164,7 +164,15 @@ class AdminMethods:
             recs += self.parts.store.find_by_key(name, key, max_count - len(recs))
             if len(recs) >= max_count:
                 break
-        return {"messages": [record_json(r) for r in recs]}
+        # Bounded in bytes too (bodies may be MiBs each): the newest first, at least one.
+        out: list[dict[str, Any]] = []
+        size = 0
+        for r in recs:
+            if out and size + r.size > limits.ADMIN_PAGE_BYTES_MAX:
+                return {"messages": out, "truncated": True}
+            out.append(record_json(r))
+            size += r.size
+        return {"messages": out, "truncated": False}
 
 
 def refusal(exc: Exception, method: str) -> dict[str, Any]:
