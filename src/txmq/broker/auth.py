@@ -344,32 +344,33 @@ def drop_unpublishable(user: User, settings: Any) -> list[str]:
 
 
 def peer_security(config: BrokerConfig, acl: Acl | None) -> ClientSecurity:
-    """How this member calls its cluster peers' admin channel: signed as
-    ``cluster_access_key`` (an admin of the ACL file) when the members check credentials, over
-    TLS trusting ``cluster_ca_file`` when they serve TLS.
+    """How this broker calls its peers (cluster members' admin channel, a replica group
+    leader's Fetch): signed as ``cluster_access_key`` (an admin of the ACL file) when they check
+    credentials, over TLS trusting ``cluster_ca_file`` when they serve TLS.
 
     Raises:
-        ConfigError: a secured cluster member without what its peers will ask for.
+        ConfigError: a secured cluster member or replica without what its peers will ask for.
     """
-    if config.cluster_file is None:
+    if config.cluster_file is None and not config.etcd:
         return PLAINTEXT
     key = secret = ""
     if acl is not None:
         user = acl.user(config.cluster_access_key) if config.cluster_access_key else None
         if user is None or not user.admin:
             raise ConfigError(
-                "cluster_access_key: a cluster member with an ACL file needs an admin user of "
-                f"that file to sign its calls to its peers, got {config.cluster_access_key!r}"
+                "cluster_access_key: a cluster member or replica with an ACL file needs an "
+                "admin user of that file to sign its calls to its peers, got "
+                f"{config.cluster_access_key!r}"
             )
         key, secret = user.access_key, user.secret_key
     if config.tls_cert is None:
         return ClientSecurity(key, secret)
     if config.tls_client_ca is not None:
-        raise ConfigError("tls_client_ca: mutual TLS between cluster members is not supported")
+        raise ConfigError("tls_client_ca: mutual TLS between peer brokers is not supported")
     if config.cluster_ca_file is None:
         raise ConfigError(
-            "cluster_ca_file: a cluster member serving TLS needs the CA that signed its peers' "
-            "certificates"
+            "cluster_ca_file: a cluster member or replica serving TLS needs the CA that signed "
+            "its peers' certificates"
         )
     return ClientSecurity(key, secret, tls=True, ca_file=config.cluster_ca_file)
 

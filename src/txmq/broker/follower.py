@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from txmq.errors import (
     TopicNotFoundError,
 )
 from txmq.protocol import mapping
+from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
 from txmq.store.replica import append_shipped, last_of, tail_of
 from txmq.store.store import Store
 
@@ -51,8 +53,16 @@ _DIVERGED = "is not the leader's"
 class Follower:
     """One follower's state while it follows (closed before promotion)."""
 
-    def __init__(self, config: BrokerConfig, leadership: Leadership, group: str) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        leadership: Leadership,
+        group: str,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.config = config
+        # How the leader is called: TLS and the signature of cluster_access_key when secured.
+        self.security = security
         self.leadership = leadership
         self.group = group
         self.store_dir: Path = config.data_dir / "store"
@@ -82,7 +92,7 @@ class Follower:
         if self._channel is None or self._channel[0] != endpoint:
             if self._channel is not None:
                 asyncio.get_running_loop().create_task(self._channel[1].close())
-            self._channel = (endpoint, grpc.aio.insecure_channel(endpoint))
+            self._channel = (endpoint, open_aio_channel(endpoint, self.security))
         return self._channel[1].unary_unary(f"/{SERVICE}/Fetch")
 
     async def step(self) -> None:
@@ -103,7 +113,9 @@ class Follower:
         call = self._stub(leader.endpoint)
         timeout = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
         try:
-            reply = await call(json.dumps(args).encode(), timeout=timeout)
+            # Signed with the wall clock: the lease clock is monotonic, not a date.
+            metadata = self.security.metadata(time.time_ns() // 1_000_000)
+            reply = await call(json.dumps(args).encode(), timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             log.info("fetch from %s failed: %s", leader.endpoint, exc.code())
             await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)

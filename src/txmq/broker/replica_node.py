@@ -26,13 +26,17 @@ import grpc
 
 from txmq import limits
 from txmq.broker.app import _bind, advertised_host, serve
+from txmq.broker.auth import Guard, peer_security, read_acl_file
 from txmq.broker.config import BrokerConfig
+from txmq.broker.edge import AuthInterceptor
 from txmq.broker.etcd import Etcd
 from txmq.broker.follower import Follower, add_follower_services
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import SOLO_NAME
-from txmq.broker.parts import lock_data_dir
+from txmq.broker.parts import lock_data_dir, wall_ms
+from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError
+from txmq.protocol.acl import Acl
 
 log = logging.getLogger(__name__)
 _SHUTDOWN_GRACE_S = 1.0
@@ -41,11 +45,8 @@ _SHUTDOWN_GRACE_S = 1.0
 def _check(config: BrokerConfig) -> None:
     unsupported = [
         flag
-        for flag, value in (
-            ("--cluster", config.cluster_file),
-            ("--acl-file", config.acl_file),
-            ("--tls-cert", config.tls_cert),
-        )
+        # --acl-file and --tls-cert are taken: the follower serves them too (_follow).
+        for flag, value in (("--cluster", config.cluster_file),)
         if value is not None
     ]
     if unsupported:
@@ -129,13 +130,18 @@ async def _follow(
     stop: asyncio.Event,
     ready: Callable[[int], None],
 ) -> None:
+    # The same TLS and ACL as when leading: a secured client reaches a follower as well, and
+    # the follower calls its leader signed and over TLS (auth.peer_security).
+    acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
+    peers = peer_security(config, acl)
+    credentials = server_credentials(config)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_data_dir(config.data_dir)
     try:
-        follower = await asyncio.to_thread(Follower, config, leadership, group)
+        follower = await asyncio.to_thread(Follower, config, leadership, group, peers)
         try:
-            server = _follower_server(config, follower)
-            port = _bind(server, config, config.port, None)
+            server = _follower_server(config, follower, acl)
+            port = _bind(server, config, config.port, credentials)
             await server.start()
             ready(port)
             try:
@@ -148,7 +154,11 @@ async def _follow(
         os.close(lock_fd)
 
 
-def _follower_server(config: BrokerConfig, follower: Follower) -> Any:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+def _follower_server(config: BrokerConfig, follower: Follower, acl: Acl | None) -> Any:
+    edge = None
+    if acl is not None and config.acl_file is not None:
+        guard = Guard(acl, source=config.acl_file, transaction_topic=lambda _tid: None)
+        edge = [AuthInterceptor(guard, wall_ms)]
+    server = grpc.aio.server(interceptors=edge, options=[("grpc.so_reuseport", 0)])
     add_follower_services(server, follower)
     return server
