@@ -12,6 +12,7 @@ ACL file: an open broker pays nothing for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -168,8 +169,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except Refused as exc:
                 yield await self._refused(context, method, exc, refuse)
                 return
-            async for item in behavior(request, context):
-                yield item
+            # aclosing: a cancelled stream closes the handler's generator now, so its own
+            # cleanup (a receive's bookkeeping) runs at once, not when garbage is collected.
+            async with contextlib.aclosing(behavior(request, context)) as items:
+                async for item in items:
+                    yield item
 
         return call
 
@@ -195,7 +199,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                             )
                     yield command
 
-            async for item in behavior(allowed(), context):
-                yield item
+            # aclosing: the servicer's Telemetry cleanup (closing the session's stream, so
+            # check-backs go to a live one) runs as soon as this stream ends.
+            async with contextlib.aclosing(behavior(allowed(), context)) as items:
+                async for item in items:
+                    yield item
 
         return call
