@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import struct
 import time
 from pathlib import Path
@@ -145,3 +146,62 @@ def test_a_follower_refuses_writes_and_routes_to_the_leader(group) -> None:  # t
         refused = sg.MessagingServiceStub(ch).SendMessage(req, timeout=2)
     assert refused.status.code == pb.HA_NOT_AVAILABLE
     assert f"the leader is {status(leader.endpoints)['name']}" in refused.status.message
+
+
+def _send_raw(endpoint: str, topic: str, body: bytes, mid: str) -> tuple[int, str]:
+    """One SendMessage over a fresh channel: (status code, message), or (-1, error) when the
+    call itself failed (no acknowledgement either way)."""
+    props = pb.SystemProperties(message_id=mid, body_encoding=pb.IDENTITY, message_type=pb.NORMAL)
+    req = sv.SendMessageRequest(
+        messages=[pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=props)]
+    )
+    with grpc.insecure_channel(endpoint) as ch:
+        try:
+            r = sg.MessagingServiceStub(ch).SendMessage(req, timeout=8)
+        except grpc.RpcError as exc:
+            return -1, str(exc.code())
+    return r.status.code, r.status.message
+
+
+def test_a_paused_leader_never_acknowledges_after_a_new_leader_is_chosen(group) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = leader_of(group)
+    create_topic(leader, follower, "paused")
+    assert _send_raw(leader.endpoints, "paused", b"before", "0A")[0] == pb.OK
+    assert leader.proc is not None
+    leader.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: status(follower.endpoints).get("role") == "leader", FAILOVER_S, "lead")
+    finally:
+        leader.proc.send_signal(signal.SIGCONT)
+    # The resumed process checks its lease before it acknowledges anything: lapsed. (It may
+    # have written the record first: that tail is not the new leader's and is dropped below.)
+    code, text = _send_raw(leader.endpoints, "paused", b"stale", "0C")
+    assert code != pb.OK, f"a paused leader acknowledged after resuming: {text}"
+    # It goes back to following the new leader (its divergent tail dropped), routes to it, and
+    # the new leader has its second in-sync replica again.
+    wait_until(lambda: status(leader.endpoints).get("role") == "follower", 20, "old leader follows")
+    wait_until(lambda: route(leader.endpoints, "paused") == [follower.port], 10, "route")
+    wait_until(
+        lambda: _send_raw(follower.endpoints, "paused", b"after", "0D")[0] == pb.OK, 30, "ack"
+    )
+    c = consumer(follower.endpoints, "g1", "paused")
+    try:
+        bodies = [bytes(m.body) for m in drain(c, 2, timeout_s=20)]
+    finally:
+        c.shutdown()
+    assert b"stale" not in bodies
+    assert b"before" in bodies and b"after" in bodies, bodies
+
+
+def test_a_killed_follower_stops_sync_acks_until_it_is_back(group) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = leader_of(group)
+    create_topic(leader, follower, "f")
+    assert _send_raw(leader.endpoints, "f", b"one", "1D")[0] == pb.OK
+    follower.kill9()
+    # min_insync_replicas 2 of 2: the write is stored on the leader but not acknowledged.
+    code, text = _send_raw(leader.endpoints, "f", b"two", "1E")
+    assert code == pb.SLAVE_PERSISTENCE_TIMEOUT, text
+    follower.start()  # same data dir: it catches up from its own end offset
+    wait_until(lambda: _send_raw(leader.endpoints, "f", b"three", "1F")[0] == pb.OK, 30, "acks")
+    st = status(leader.endpoints)
+    assert sorted(st["in_sync"]) == ["r0", "r1"], st  # type: ignore[call-overload]

@@ -26,10 +26,12 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits
 from txmq.broker import routes
+from txmq.broker.admin import SERVICE as ADMIN_SERVICE
 from txmq.broker.admin import refusal
 from txmq.broker.cluster_file import Member
 from txmq.broker.config import BrokerConfig
 from txmq.broker.data import HEADER_LENGTH, frame
+from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import define
 from txmq.broker.replication import SERVICE
@@ -208,8 +210,31 @@ class FollowerServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         return sv.EndTransactionResponse(status=fail(self._refusal()))
 
 
+class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Every method of the admin and data channels: refused, naming the leader (a follower
+    holds no topics, groups or transactions to show or change)."""
+
+    def __init__(self, servicer: FollowerServicer) -> None:
+        self.servicer = servicer
+
+    def service(self, details: Any) -> Any:
+        method = str(details.method)
+        if not method.startswith((f"/{ADMIN_SERVICE}/", f"/{DATA_SERVICE}/")):
+            return None
+
+        async def refuse(body: bytes, context: Any) -> bytes:
+            answer = refusal(self.servicer._refusal(), method)
+            if method.startswith(f"/{ADMIN_SERVICE}/"):
+                return json.dumps(answer).encode()  # the admin channel: bare JSON
+            return frame(answer, [])  # the data channel: framed
+
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
 def add_follower_services(server: Any, follower: Follower) -> None:
-    sg.add_MessagingServiceServicer_to_server(FollowerServicer(follower), server)
+    servicer = FollowerServicer(follower)
+    sg.add_MessagingServiceServicer_to_server(servicer, server)
+    server.add_generic_rpc_handlers((_RefuseChannels(servicer),))
 
     async def status(body: bytes, context: Any) -> bytes:
         return frame(follower.status(), [])

@@ -21,7 +21,9 @@ from typing import Any
 
 import click
 
+from txmq import limits
 from txmq.broker.cluster_file import ClusterFile, Member, write
+from txmq.cli import cluster_replicas
 from txmq.cli.admin_client import cluster_call
 from txmq.cli.admin_commands import endpoints_option, json_option, show
 from txmq.errors import TxmqError
@@ -85,21 +87,46 @@ def _stop_all(procs: dict[str, subprocess.Popen[str]]) -> int:
 @cluster.command(
     "up", context_settings={"ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
 )
-@click.option(
-    "--brokers", "count", default="2", show_default=True, help="N, or auto (one per core)."
-)
+@click.option("--brokers", "count", help="N, or auto (one per core).  [default: 2]")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path, file_okay=False))
 @click.option("--port", default=8081, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--replicas",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, limits.REPLICAS_MAX),
+    help="Replicas of the broker, led through etcd (with --brokers 1).",
+)
+@click.option("--etcd", help="etcd HOST:PORT for --replicas (default: start one in DIR/etcd).")
+@click.option("--async", "async_", is_flag=True, help="With --replicas: acknowledge on the leader.")
 @click.argument("broker_args", nargs=-1, type=click.UNPROCESSED)
-def up(count: str, data_dir: Path, port: int, host: str, broker_args: tuple[str, ...]) -> None:
+def up(
+    count: str | None,
+    data_dir: Path,
+    port: int,
+    host: str,
+    replicas: int,
+    etcd: str | None,
+    async_: bool,
+    broker_args: tuple[str, ...],
+) -> None:
     """Start N brokers on ports PORT..PORT+N-1 with data dirs DIR/broker-<i>, in one cluster.
 
     Writes DIR/cluster.toml (use it with `txmq broker --cluster` on other machines). Arguments
     after `--` go to every broker (e.g. `-- --transaction-timeout-ms 800`). Runs until SIGTERM
     or Ctrl-C, then stops every broker cleanly.
+
+    With --replicas R: one broker as a group of R replicas (ports PORT..PORT+R-1, data in
+    DIR/replica-<i>), SYNC replication (a write is acknowledged once it is on 2 replicas; --async:
+    on the leader), leadership through etcd (--etcd, or a local etcd in DIR/etcd).
     """
-    n = _brokers(count)
+    if replicas > 1:
+        if count not in (None, "1"):
+            raise click.BadParameter("several brokers of replicas are not built yet: --brokers 1")
+        _up_replicas(data_dir, port, host, replicas, etcd, 1 if async_ else 2, broker_args)
+        return
+    n = _brokers(count or "2")
     if port + n - 1 > 65535:
         raise click.BadParameter(f"ports {port}..{port + n - 1} do not fit below 65536")
     members = tuple(Member(f"broker-{i}", host, port + i) for i in range(n))
@@ -117,17 +144,62 @@ def up(count: str, data_dir: Path, port: int, host: str, broker_args: tuple[str,
     try:
         for m in members:
             procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, broker_args)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for name, p in procs.items():
-            line = _first_line(p, deadline)
-            if "listening on" not in line:
-                raise TxmqError(f"broker {name} did not start (see {data_dir / name}.log)")
-            click.echo(line)
-            sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
+        _announce(procs, data_dir)
         _watch(procs, stop)
     finally:
         code = _stop_all(procs)
     sys.exit(code)
+
+
+def _up_replicas(
+    data_dir: Path,
+    port: int,
+    host: str,
+    replicas: int,
+    etcd: str | None,
+    min_insync: int,
+    extra: tuple[str, ...],
+) -> None:
+    if port + replicas - 1 > 65535:
+        raise click.BadParameter(f"ports {port}..{port + replicas - 1} do not fit below 65536")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    local = None
+    if etcd is None:
+        local, etcd = cluster_replicas.start_etcd(data_dir, host)
+        click.echo(f"txmq etcd listening on {etcd}")
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for i in range(replicas):
+            cmd = cluster_replicas.replica_command(i, data_dir, host, port, etcd, min_insync, extra)
+            with (data_dir / f"replica-{i}.log").open("a") as log:
+                procs[f"replica-{i}"] = subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=log, text=True
+                )
+        _announce(procs, data_dir)
+        _watch(procs, stop)
+    finally:
+        code = _stop_all(procs)
+        if local is not None:
+            local.terminate()
+            local.wait(timeout=STOP_TIMEOUT_S)
+    sys.exit(code)
+
+
+def _announce(procs: dict[str, subprocess.Popen[str]], data_dir: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for name, p in procs.items():
+        line = _first_line(p, deadline)
+        if "listening on" not in line:
+            raise TxmqError(f"broker {name} did not start (see {data_dir / name}.log)")
+        click.echo(line)
+        sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
 
 
 def _watch(procs: dict[str, subprocess.Popen[str]], stop: dict[str, bool]) -> None:
@@ -156,7 +228,15 @@ def _human(key: str, value: Any) -> Any:
 @endpoints_option
 @json_option
 def status(endpoints: str, as_json: bool) -> None:
-    """Every member: up or down, its disk, topics, queues and messages (asked of each)."""
+    """Every member: up or down, its disk, topics, queues and messages (asked of each); for
+    replicas: each one's role, the leader, epoch, in-sync replicas and lag in bytes."""
+    replica_rows = cluster_replicas.replica_rows([e for e in endpoints.split(";") if e])
+    if replica_rows is not None:
+        cols, rows = cluster_replicas.replica_table(replica_rows)
+        show("replicas", cols, rows, {"replicas": replica_rows}, as_json)
+        if not all(r["up"] for r in replica_rows):
+            sys.exit(1)
+        return
     out = []
     for m, got in cluster_call(endpoints, "BrokerStatus", {}):
         row: dict[str, Any] = {"name": m["name"], "endpoint": m["endpoint"]}
