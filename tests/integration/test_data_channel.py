@@ -19,7 +19,8 @@ from txmq.errors import (
     IllegalTopicError,
     TopicNotFoundError,
 )
-from txmq.spark.client import DATA_SERVICE, BrokerClient, build_message
+from txmq.protocol.channels import DATA_SERVICE
+from txmq.spark.client import BrokerClient, build_message
 
 
 def test_pull_returns_committed_records_in_order(broker: BrokerProcess) -> None:

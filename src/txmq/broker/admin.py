@@ -48,8 +48,9 @@ from txmq.errors import (
     is_disk_full,
 )
 from txmq.model import Record
+from txmq.protocol import channels
 
-SERVICE = "txmq.admin.v1.Admin"
+SERVICE = channels.ADMIN_SERVICE
 log = logging.getLogger("txmq.broker")
 
 

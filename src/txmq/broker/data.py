@@ -24,7 +24,6 @@ Must not: decode records (that is the reader's work) or change anything.
 from __future__ import annotations
 
 import json
-import struct
 from typing import Any, Final
 
 import grpc
@@ -33,10 +32,9 @@ from txmq import limits
 from txmq.broker.admin import refusal
 from txmq.broker.parts import Parts
 from txmq.errors import BadRequestError, IllegalOffsetError, IllegalTopicError
-from txmq.protocol import mapping
+from txmq.protocol import channels, mapping
 
-SERVICE: Final = "txmq.data.v1.Data"
-HEADER_LENGTH = struct.Struct(">I")
+SERVICE: Final = channels.DATA_SERVICE
 
 
 def _int(args: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -95,9 +93,8 @@ def queue_offsets(parts: Parts, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def frame(header: dict[str, Any], records: list[bytes | memoryview]) -> bytes:
-    head = json.dumps(header).encode()
-    return b"".join([HEADER_LENGTH.pack(len(head)), head, *records])
+frame = channels.data_frame
+HEADER_LENGTH = channels.HEADER_LENGTH  # the frame's, for the replica and bundle channels
 
 
 def add_data(server: Any, parts: Parts, service: Any) -> None:

@@ -16,7 +16,6 @@ not one per peer. Everything here runs in the broker's executor, never on its ev
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -30,10 +29,10 @@ from txmq.broker.cluster_file import ClusterFile, Member
 from txmq.broker.topics import TopicInfo, TopicRegistry
 from txmq.errors import BadRequestError, TxmqError
 from txmq.model import MessageType
+from txmq.protocol import channels
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
 
 log = logging.getLogger("txmq.broker")
-ADMIN_SERVICE = "txmq.admin.v1.Admin"
 # The broker name of a broker started without a cluster file (what routes always carried).
 SOLO_NAME = "txmq"
 
@@ -156,13 +155,13 @@ class Membership:
                     ("grpc.max_reconnect_backoff_ms", limits.CLUSTER_PROBE_PERIOD_MS),
                 ],
             )
-        stub = peer.channel.unary_unary(f"/{ADMIN_SERVICE}/{method}")
+        stub = peer.channel.unary_unary(channels.method_path(channels.ADMIN_SERVICE, method))
         timeout_s = limits.CLUSTER_PEER_CALL_TIMEOUT_MS / 1000.0
         # wait_for_ready: a channel between reconnect attempts waits for the peer within the
         # deadline instead of failing at once, so a peer that just started is not "down".
         metadata = self.security.metadata(self.now_ms())
         return stub.future(
-            json.dumps(args).encode(), metadata=metadata, timeout=timeout_s, wait_for_ready=True
+            channels.encode(args), metadata=metadata, timeout=timeout_s, wait_for_ready=True
         )
 
     def _fan_out(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any] | str]:
@@ -171,17 +170,12 @@ class Membership:
         out: dict[str, dict[str, Any] | str] = {}
         for peer, fut in futures:
             try:
-                reply = json.loads(fut.result())
+                out[peer.member.name] = channels.admin_reply(fut.result(), method)
             except grpc.RpcError as exc:
                 status = exc.code() if isinstance(exc, grpc.Call) else None
                 out[peer.member.name] = f"unreachable ({status})"
-                continue
-            if not isinstance(reply, dict):
-                out[peer.member.name] = "refused: not a JSON object"
-            elif not reply.get("ok"):
-                out[peer.member.name] = f"refused: {reply.get('error', '?')}"
-            else:
-                out[peer.member.name] = reply
+            except TxmqError as exc:  # the peer's refusal, typed by its code
+                out[peer.member.name] = f"refused: {exc}"
         return out
 
     # --- Probing and reconciling. -------------------------------------------------------------

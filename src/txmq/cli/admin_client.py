@@ -11,7 +11,6 @@ Must not: retry (a script decides whether to retry, from the exit code).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from typing import Any
 
@@ -19,10 +18,11 @@ import grpc
 
 from txmq import errors, limits
 from txmq.cli.security import current
-from txmq.errors import CODE_BAD_REQUEST, BrokerUnavailableError, RemoteProtocolError
+from txmq.errors import BrokerUnavailableError, RemoteProtocolError
+from txmq.protocol import channels
 from txmq.protocol.client_security import ClientSecurity, open_channel
 
-SERVICE = "txmq.admin.v1.Admin"
+SERVICE = channels.ADMIN_SERVICE
 
 
 def split_endpoints(endpoints: str) -> list[str]:
@@ -103,26 +103,14 @@ def _call_one(
         )
     channel = open_channel(endpoints, chosen)
     try:
-        stub = channel.unary_unary(f"/{SERVICE}/{method}")
+        stub = channel.unary_unary(channels.method_path(SERVICE, method))
         metadata = chosen.metadata(time.time_ns() // 1_000_000)
-        raw = stub(json.dumps(args).encode(), metadata=metadata, timeout=timeout_s)
+        raw = stub(channels.encode(args), metadata=metadata, timeout=timeout_s)
     except grpc.RpcError as exc:
-        status = exc.code() if isinstance(exc, grpc.Call) else None
-        if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, None):
-            raise BrokerUnavailableError(endpoints, str(status)) from exc
-        if status is grpc.StatusCode.UNIMPLEMENTED:
-            raise RemoteProtocolError(
-                f"{endpoints} has no txmq admin channel (is it a txmq broker?)"
-            ) from exc
-        details = exc.details() if isinstance(exc, grpc.Call) else ""
-        raise RemoteProtocolError(f"{method} failed: {status}: {details}") from exc
+        raise channels.transport_error(exc, endpoints, "txmq admin", method) from exc
     finally:
         channel.close()
-    reply = json.loads(raw)
-    if reply.get("ok"):
-        return reply
-    code = int(reply.get("code", CODE_BAD_REQUEST))
-    raise errors.from_code(code, str(reply.get("error", "request refused")))
+    return channels.admin_reply(raw, method)
 
 
 def call_pages(

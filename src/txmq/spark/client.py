@@ -18,8 +18,6 @@ rolls the stray copy back.
 from __future__ import annotations
 
 import functools
-import json
-import struct
 import time
 import types
 import uuid
@@ -33,23 +31,21 @@ import grpc
 from txmq import errors, limits
 from txmq.errors import (
     BadRequestError,
-    BrokerUnavailableError,
     RemoteProtocolError,
 )
 from txmq.format import record
 from txmq.model import Record
+from txmq.protocol import channels
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
 
 T = TypeVar("T")
 
 CLIENT_VERSION: Final = "txmq-spark/0.1.0"
-ADMIN_SERVICE: Final = "txmq.admin.v1.Admin"
-DATA_SERVICE: Final = "txmq.data.v1.Data"
-_HEADER_LENGTH: Final = struct.Struct(">I")
 # Per-call deadline: long enough for a 1024-message pull of large bodies on a loaded machine.
 CALL_TIMEOUT_S: Final = 30.0
 RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_V2_SERVICE: Final = "apache.rocketmq.v2.MessagingService"
 
 
 @functools.cache
@@ -189,7 +185,7 @@ class BrokerClient:
             *self.security.metadata(time.time_ns() // 1_000_000),
         ]
 
-    def _retrying(self, call: str, fn: Callable[[], T]) -> T:
+    def _retrying(self, call: str, fn: Callable[[], T], *, service: str = _V2_SERVICE) -> T:
         for attempt in range(limits.SPARK_CALL_ATTEMPTS_MAX):
             try:
                 return fn()
@@ -198,12 +194,7 @@ class BrokerClient:
                 if code in _TRANSIENT and attempt + 1 < limits.SPARK_CALL_ATTEMPTS_MAX:
                     time.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
                     continue
-                detail = exc.details() if callable(getattr(exc, "details", None)) else ""
-                if code in _TRANSIENT:
-                    raise BrokerUnavailableError(self.endpoints, f"{code}: {detail}") from exc
-                raise RemoteProtocolError(
-                    f"{call} to {self.endpoints} failed: {code}: {detail} (is this a txmq broker?)"
-                ) from exc
+                raise channels.transport_error(exc, self.endpoints, service, call) from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _unary(self, method: str, request: Any) -> Any:
@@ -275,34 +266,31 @@ class BrokerClient:
 
     def _data(self, method: str, args: dict[str, Any]) -> tuple[dict[str, Any], memoryview]:
         """Call the data channel: (the reply's JSON header, the bytes after it). A refusal
-        raises its typed error (``errors.from_code``)."""
-        return self._data_raw(method, json.dumps(args).encode())
+        raises its typed error (``protocol.channels``)."""
+        return self._data_raw(method, channels.encode(args))
 
     def _data_raw(self, method: str, body: bytes) -> tuple[dict[str, Any], memoryview]:
         """``_data`` with the request body as given. A refusal the broker marks retriable
         (back-pressure: disk above its watermark, too many pending transactions) raises an
         error whose ``retriable`` is true, whatever its class says."""
-        rpc = self.channel.unary_unary(f"/{DATA_SERVICE}/{method}")
+        rpc = self.channel.unary_unary(channels.method_path(channels.DATA_SERVICE, method))
         raw = self._retrying(
-            method, lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s)
+            method,
+            lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s),
+            service=channels.DATA_SERVICE,
         )
-        view = memoryview(raw)
-        if len(view) < 4:
-            raise RemoteProtocolError(f"{method} answered fewer than 4 bytes")
-        (n,) = _HEADER_LENGTH.unpack_from(view)
-        if n > len(view) - 4:
-            raise RemoteProtocolError(f"{method} header runs past the reply")
-        header = json.loads(view[4 : 4 + n].tobytes())
-        if not isinstance(header, dict):
-            raise RemoteProtocolError(f"{method} header is not a JSON object")
-        if not header.get("ok"):
-            code = int(header.get("code", errors.CODE_INTERNAL_ERROR))
-            if code == errors.CODE_OK:
-                raise RemoteProtocolError(f"{method} refused without an error code")
-            exc = errors.from_code(code, str(header.get("error", "")))
-            exc.retriable = bool(header.get("retriable")) or exc.retriable
-            raise exc
-        return header, view[4 + n :]
+        return channels.data_reply(raw, method)
+
+    def _admin(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Call the admin channel; a refusal raises its typed error (``protocol.channels``)."""
+        rpc = self.channel.unary_unary(channels.method_path(channels.ADMIN_SERVICE, method))
+        body = channels.encode(args)
+        raw = self._retrying(
+            method,
+            lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s),
+            service=channels.ADMIN_SERVICE,
+        )
+        return channels.admin_reply(raw, method)
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
         """Every message with ``start <= queue_offset < end``, in order, as Records."""
@@ -365,10 +353,8 @@ class BrokerClient:
 
         A refusal with ``retriable`` true is the broker pushing back (disk watermark, too many
         pending transactions): the caller pauses and retries."""
-        head = json.dumps(
-            {"topic": topic, "count": len(messages), "properties": dict(properties)}
-        ).encode()
-        body = b"".join([_HEADER_LENGTH.pack(len(head)), head, *messages])
+        head = {"topic": topic, "count": len(messages), "properties": dict(properties)}
+        body = channels.data_frame(head, messages)
         header, _ = self._data_raw("PrepareBundle", body)
         if header.get("count") != len(messages) or not header.get("transaction_id"):
             raise RemoteProtocolError(f"PrepareBundle answered {header!r}")
@@ -394,15 +380,11 @@ class BrokerClient:
     def create_topic(self, name: str, queues: int, kind: str) -> None:
         """Create ``name`` (admin TopicCreate) unless it exists: for the sink's own ledger
         topic, on a broker that does not create topics on first use."""
-        rpc = self.channel.unary_unary(f"/{ADMIN_SERVICE}/TopicCreate")
-        args = json.dumps({"name": name, "queues": queues, "type": kind}).encode()
-        raw = self._retrying(
-            "TopicCreate", lambda: rpc(args, metadata=self.metadata(), timeout=self.timeout_s)
-        )
-        reply = json.loads(raw)
-        if not reply.get("ok") and name not in self.topics_named(name):
-            code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
-            raise errors.from_code(code, str(reply.get("error", "")))
+        try:
+            self._admin("TopicCreate", {"name": name, "queues": queues, "type": kind})
+        except errors.TxmqError:
+            if name not in self.topics_named(name):
+                raise
 
     def topics_named(self, name: str) -> set[str]:
         """{name} if the topic exists, else the empty set (QueueOffsets never creates one)."""
@@ -415,27 +397,15 @@ class BrokerClient:
     def cluster_members(self) -> list[str]:
         """The endpoint of every member of the cluster this broker belongs to, in cluster-file
         order (a broker without a cluster file is a cluster of one)."""
-        rpc = self.channel.unary_unary(f"/{ADMIN_SERVICE}/ClusterInfo")
-        raw = self._retrying(
-            "ClusterInfo", lambda: rpc(b"{}", metadata=self.metadata(), timeout=self.timeout_s)
-        )
-        reply = json.loads(raw)
-        if not reply.get("ok"):
-            code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
-            raise errors.from_code(code, str(reply.get("error", "")))
+        reply = self._admin("ClusterInfo", {})
         return [str(m["endpoint"]) for m in reply["members"]]
 
     def find_by_key(self, topic: str, key: str, max_count: int) -> list[tuple[list[str], str]]:
         """(keys, body text) of the newest messages of ``topic`` with ``key``."""
-        rpc = self.channel.unary_unary(f"/{ADMIN_SERVICE}/MessageFind")
-        args = json.dumps({"topic": topic, "key": key, "max": max_count}).encode()
-        raw = self._retrying(
-            "MessageFind", lambda: rpc(args, metadata=self.metadata(), timeout=self.timeout_s)
-        )
-        reply = json.loads(raw)
-        if not reply.get("ok"):
-            code = int(reply.get("code", errors.CODE_INTERNAL_ERROR))
-            if code == errors.CODE_TOPIC_NOT_FOUND or code == errors.CODE_NOT_FOUND:
+        try:
+            reply = self._admin("MessageFind", {"topic": topic, "key": key, "max": max_count})
+        except errors.NotFoundError as exc:
+            if exc.code in (errors.CODE_TOPIC_NOT_FOUND, errors.CODE_NOT_FOUND):
                 return []
-            raise errors.from_code(code, str(reply.get("error", "")))
+            raise
         return [(list(m["keys"]), str(m["body"])) for m in reply["messages"]]

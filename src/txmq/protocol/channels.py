@@ -1,0 +1,111 @@
+"""txmq's own gRPC channels, both sides: ``txmq.admin.v1.Admin`` and ``txmq.data.v1.Data``
+(served by broker/admin.py and broker/data.py).
+
+Owns: the service names, the one encoding of a request (a JSON object), both reply framings
+(the admin channel answers one JSON object; the data channel a 4-byte big-endian header length,
+a JSON header, then record bytes: ``data_frame``), their decoding into a result or the typed
+error of a refusal (``errors.from_code``), and the mapping of a gRPC transport failure to a
+typed error. Used by the broker (its channels, its peers in a cluster), the CLI's admin client
+(so the dashboard too) and the Spark client.
+Must not: open channels, retry or choose credentials: each caller has its own policy.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import grpc
+
+from txmq import errors
+from txmq.errors import BrokerUnavailableError, RemoteProtocolError, TxmqError
+
+ADMIN_SERVICE: Final = "txmq.admin.v1.Admin"
+DATA_SERVICE: Final = "txmq.data.v1.Data"
+# The data channel frame: this header length (big-endian u32), the JSON header, the payload.
+HEADER_LENGTH: Final = struct.Struct(">I")
+_UNREACHABLE: Final = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def data_frame(header: Mapping[str, Any], records: Sequence[bytes | memoryview]) -> bytes:
+    """A data-channel frame (a reply, or a request that carries records): header length, JSON
+    header, then ``records`` back to back."""
+    head = json.dumps(dict(header)).encode()
+    return b"".join([HEADER_LENGTH.pack(len(head)), head, *records])
+
+
+def method_path(service: str, method: str) -> str:
+    return f"/{service}/{method}"
+
+
+def encode(args: Mapping[str, Any]) -> bytes:
+    return json.dumps(dict(args)).encode()
+
+
+def _answer(header: object, method: str) -> dict[str, Any]:
+    if not isinstance(header, dict):
+        raise RemoteProtocolError(f"{method} answered something that is not a JSON object")
+    if header.get("ok"):
+        return header
+    code = int(header.get("code", errors.CODE_OK))
+    if code == errors.CODE_OK:
+        raise RemoteProtocolError(f"{method} refused without an error code")
+    exc = errors.from_code(code, str(header.get("error", "request refused")))
+    # Back-pressure the broker marks retriable (disk above its watermark, too many pending
+    # transactions) is, whatever the class says.
+    exc.retriable = bool(header.get("retriable")) or exc.retriable
+    raise exc
+
+
+def admin_reply(raw: bytes, method: str) -> dict[str, Any]:
+    """The admin channel's answer to ``method``.
+
+    Raises:
+        TxmqError: the broker refused the request (the class its status code names).
+        RemoteProtocolError: the answer is not a JSON object or has no code.
+    """
+    try:
+        header = json.loads(raw)
+    except ValueError as exc:
+        raise RemoteProtocolError(f"{method} answered something that is not JSON") from exc
+    return _answer(header, method)
+
+
+def data_reply(raw: bytes, method: str) -> tuple[dict[str, Any], memoryview]:
+    """The data channel's answer to ``method``: (its JSON header, the bytes after it).
+
+    Raises:
+        TxmqError: the broker refused the request (the class its status code names).
+        RemoteProtocolError: the framing is broken.
+    """
+    view = memoryview(raw)
+    start = HEADER_LENGTH.size
+    if len(view) < start:
+        raise RemoteProtocolError(f"{method} answered fewer than {start} bytes")
+    (n,) = HEADER_LENGTH.unpack_from(view)
+    if n > len(view) - start:
+        raise RemoteProtocolError(f"{method} header runs past the reply")
+    try:
+        header = json.loads(view[start : start + n].tobytes())
+    except ValueError as exc:
+        raise RemoteProtocolError(f"{method} header is not JSON") from exc
+    return _answer(header, method), view[start + n :]
+
+
+def _status(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    return exc.code() if isinstance(exc, grpc.Call) else None
+
+
+def transport_error(exc: grpc.RpcError, endpoints: str, service: str, method: str) -> TxmqError:
+    """The typed error for a call that failed below txmq's framing: nothing answering ->
+    BrokerUnavailableError; a server without the service -> RemoteProtocolError saying so;
+    anything else -> RemoteProtocolError with gRPC's status and details."""
+    status = _status(exc)
+    details = exc.details() if isinstance(exc, grpc.Call) else ""
+    if status in (*_UNREACHABLE, None):
+        return BrokerUnavailableError(endpoints, f"{status}: {details}" if details else str(status))
+    if status is grpc.StatusCode.UNIMPLEMENTED:
+        return RemoteProtocolError(f"{endpoints} has no {service} channel (is it a txmq broker?)")
+    return RemoteProtocolError(f"{method} to {endpoints} failed: {status}: {details}")
