@@ -104,3 +104,12 @@ def test_bench_cluster_reports_the_ratio_and_the_projection(tmp_path: Path) -> N
     args = ("--seconds", "0.3", "--threads", "1", "--rounds", "1")
     out = run_bench("bench_cluster.py", *args, tmp=tmp_path)
     assert "2 brokers / 1 broker" in out and "PROJECTION (not measured)" in out
+
+
+def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
+    from tests.integration.etcd_fixtures import ensure_etcd
+
+    ensure_etcd()
+    args = ("--seconds", "0.3", "--threads", "1", "--rounds", "1")
+    out = run_bench("bench_replication.py", *args, tmp=tmp_path)
+    assert "SYNC 2 replicas / single broker throughput" in out, out
