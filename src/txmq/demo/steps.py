@@ -43,7 +43,9 @@ BROKER_FLAGS = (
     "--retry-backoff-initial-ms=300",
 )
 SETTLE_S = 90.0
-SPARK_TIMEOUT_S = 150.0
+# A Spark session alone took ~80 s to start on a 2-core machine at load 17; 150 s was not enough
+# for the session and both jobs there.
+SPARK_TIMEOUT_S = 240.0
 SPARK_JOB_MODULE = "txmq.demo.spark_job"
 
 
@@ -122,14 +124,20 @@ def run_spark(
     out = work / "spark"
     dbs = [str(orders_db or ""), str(inventory_db)]
     with open(work / "spark.log", "w") as log:
-        r = subprocess.run(
-            [sys.executable, "-m", SPARK_JOB_MODULE, endpoints, str(out), topic, *dbs],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=child_env(),
-            timeout=SPARK_TIMEOUT_S,
-        )
+        try:
+            r = subprocess.run(
+                [sys.executable, "-m", SPARK_JOB_MODULE, endpoints, str(out), topic, *dbs],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=child_env(),
+                timeout=SPARK_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            log_path = work / "spark.log"
+            raise DemoError(
+                f"the Spark step did not finish in {SPARK_TIMEOUT_S:.0f} s; see {log_path}"
+            ) from None
     if r.returncode != 0:
         raise DemoError(f"the Spark step failed (exit {r.returncode}); see {work / 'spark.log'}")
     result = json.loads(r.stdout.strip().splitlines()[-1])
