@@ -180,6 +180,10 @@ def test_a_paused_leader_never_acknowledges_after_a_new_leader_is_chosen(group) 
     # It goes back to following the new leader (its divergent tail dropped), routes to it, and
     # the new leader has its second in-sync replica again.
     wait_until(lambda: status(leader.endpoints).get("role") == "follower", 20, "old leader follows")
+    # What it derived while leading is gone: its log is now the new leader's.
+    for name in ("txn-snapshot.json", "consumer-positions.json", "delay.json"):
+        assert not (leader.data_dir / name).exists(), name
+    assert "dropping" in leader.log_tail(200)
     wait_until(lambda: route(leader.endpoints, "paused") == [follower.port], 10, "route")
     wait_until(
         lambda: _send_raw(follower.endpoints, "paused", b"after", "0D")[0] == pb.OK, 30, "ack"

@@ -33,6 +33,7 @@ from txmq.store.disk import Disk
 from txmq.store.store import Store
 
 log = logging.getLogger("txmq.broker")
+DELAY_FILE = "delay.json"  # beside the store, in the broker's data directory
 
 # Delay-queue entries loaded into the heap per release call, so one tick after a restart with a
 # long backlog does not stall the loop; the rest loads on the following ticks.

@@ -32,8 +32,10 @@ from txmq.broker.cluster_file import Member
 from txmq.broker.config import BrokerConfig
 from txmq.broker.data import HEADER_LENGTH, frame
 from txmq.broker.data import SERVICE as DATA_SERVICE
+from txmq.broker.delay import DELAY_FILE
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import define
+from txmq.broker.offsets import FILE_NAME as POSITIONS_FILE
 from txmq.broker.replication import SERVICE
 from txmq.broker.replies import fail
 from txmq.broker.topics import TopicRegistry
@@ -47,9 +49,22 @@ from txmq.protocol import mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
 from txmq.store.replica import append_shipped, last_of, tail_of
 from txmq.store.store import Store
+from txmq.txn.coordinator import SNAPSHOT_FILE
 
 log = logging.getLogger(__name__)
 _DIVERGED = "is not the leader's"
+
+
+def _drop_broker_state(data_dir: Path) -> None:
+    """Forget what this replica derived when it last led: its log may be replaced by the
+    leader's, so a transaction snapshot, delay progress or consumer positions kept beside it
+    could point at records it no longer holds. Promotion rebuilds them from the log (pending
+    transactions, the delay schedule) or starts afresh (positions: redelivery, never loss)."""
+    for name in (SNAPSHOT_FILE, POSITIONS_FILE, DELAY_FILE):
+        path = data_dir / name
+        if path.exists():
+            log.warning("dropping %s from this replica's last leadership", path)
+            path.unlink()
 
 
 class Follower:
@@ -68,6 +83,7 @@ class Follower:
         self.leadership = leadership
         self.group = group
         self.store_dir: Path = config.data_dir / "store"
+        _drop_broker_state(config.data_dir)
         self.store = Store.open(self.store_dir, config.store, now_ms=leadership.clock)
         self.topics = TopicRegistry(
             config.data_dir / "topics.json", self.store.disk, auto_create=False, default_queues=1

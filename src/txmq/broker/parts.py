@@ -20,7 +20,7 @@ from pathlib import Path
 
 from txmq.broker.clients import Clients
 from txmq.broker.config import BrokerConfig
-from txmq.broker.delay import DelaySchedule
+from txmq.broker.delay import DELAY_FILE, DelaySchedule
 from txmq.broker.lag import LagCollector, LagSource
 from txmq.broker.metrics import DiskCollector, Metrics
 from txmq.broker.offsets import ConsumerPositions
@@ -130,7 +130,7 @@ class Parts:
         )
         self.metrics.registry.register(LagCollector(self.lag))
         self.metrics.registry.register(DiskCollector(self.store))
-        self.delay = DelaySchedule(self.store, d / "delay.json", self.disk)
+        self.delay = DelaySchedule(self.store, d / DELAY_FILE, self.disk)
         self.sends = SendPath(
             store=self.store,
             tx=self.tx,

@@ -87,6 +87,7 @@ from txmq.txn.views import TxnViews
 log = logging.getLogger(__name__)
 
 _SNAPSHOT = "txn-snapshot.json"
+SNAPSHOT_FILE = _SNAPSHOT  # replica_node: a follower drops it (its log is the leader's)
 # How long a decision waits for a concurrent decision of the same transaction before it looks
 # again; the loop ends when the other append returns or fails, which the store bounds.
 _DECIDING_WAIT_S = 1.0
