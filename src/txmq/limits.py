@@ -207,6 +207,21 @@ SEND_BATCH_MAX: Final = 64
 MESSAGE_FIND_RESULTS_DEFAULT: Final = 32
 MESSAGE_FIND_RESULTS_MAX: Final = 1000
 
+# Broker settings a configuration may choose (broker/config.py refuses values outside them).
+# A check-back more often than every 100 ms would be a busy loop against producers.
+TRANSACTION_CHECK_INTERVAL_MS_MIN: Final = 100
+# Check-backs before rollback and deliveries before the DLQ: beyond a thousand, a message is
+# stuck, not unlucky.
+TRANSACTION_CHECK_MAX_LIMIT: Final = 1000
+DELIVERY_ATTEMPTS_MAX_LIMIT: Final = 1000
+# The background loops' period: 10 ms is already busy; 10 s would delay check-backs and delay
+# messages by as much.
+TICK_MS_MIN: Final = 10
+TICK_MS_LIMIT: Final = 10_000
+assert TRANSACTION_CHECK_MAX_DEFAULT <= TRANSACTION_CHECK_MAX_LIMIT
+assert DELIVERY_ATTEMPTS_MAX_DEFAULT <= DELIVERY_ATTEMPTS_MAX_LIMIT
+assert TRANSACTION_CHECK_INTERVAL_MS_MIN <= TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
+
 # --- Spark connector (moved here from spark/). ----------------------------------------------------
 # Transient failures (broker restarting, connection reset) are retried this many times in all.
 SPARK_CALL_ATTEMPTS_MAX: Final = 4

@@ -82,19 +82,24 @@ class BrokerConfig:
         if self.transaction_timeout_ms < 0:
             raise ConfigError("transaction_timeout_ms must be >= 0")
         interval_max = limits.TRANSACTION_CHECK_INTERVAL_MS_MAX
-        if not 100 <= self.transaction_check_interval_ms <= interval_max:
+        interval_min = limits.TRANSACTION_CHECK_INTERVAL_MS_MIN
+        if not interval_min <= self.transaction_check_interval_ms <= interval_max:
             raise ConfigError(
-                "transaction_check_interval_ms must be between 100 and "
+                f"transaction_check_interval_ms must be between {interval_min} and "
                 f"{limits.TRANSACTION_CHECK_INTERVAL_MS_MAX}"
             )
-        if not 1 <= self.transaction_check_max <= 1000:
-            raise ConfigError("transaction_check_max must be 1..1000")
-        if not 1 <= self.delivery_attempts_max <= 1000:
-            raise ConfigError("delivery_attempts_max must be 1..1000")
+        if not 1 <= self.transaction_check_max <= limits.TRANSACTION_CHECK_MAX_LIMIT:
+            raise ConfigError(
+                f"transaction_check_max must be 1..{limits.TRANSACTION_CHECK_MAX_LIMIT}"
+            )
+        if not 1 <= self.delivery_attempts_max <= limits.DELIVERY_ATTEMPTS_MAX_LIMIT:
+            raise ConfigError(
+                f"delivery_attempts_max must be 1..{limits.DELIVERY_ATTEMPTS_MAX_LIMIT}"
+            )
         if not 0 < self.retry_backoff_initial_ms <= self.retry_backoff_max_ms:
             raise ConfigError("need 0 < retry_backoff_initial_ms <= retry_backoff_max_ms")
-        if not 10 <= self.tick_ms <= 10_000:
-            raise ConfigError("tick_ms must be 10..10000")
+        if not limits.TICK_MS_MIN <= self.tick_ms <= limits.TICK_MS_LIMIT:
+            raise ConfigError(f"tick_ms must be {limits.TICK_MS_MIN}..{limits.TICK_MS_LIMIT}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together (a certificate and its key)")
         if self.tls_client_ca is not None and self.tls_cert is None:
