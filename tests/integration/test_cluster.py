@@ -11,7 +11,11 @@ the admin channel of every member.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +25,7 @@ import pytest
 from rocketmq import TransactionResolution as R
 
 from tests.integration.clients import Checker, consumer, drain, message, producer
-from tests.integration.conftest import FAST, BrokerProcess, wait_until
+from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
 from txmq.broker.cluster_file import ClusterFile, Member, write
 from txmq.cli.admin_client import call, cluster_call
 from txmq.errors import TxmqError
@@ -162,6 +166,11 @@ def test_topic_definitions_reach_a_member_that_was_down(cluster: Cluster) -> Non
     with pytest.raises(TxmqError, match="unreachable"):
         call(b1.endpoints, "TopicDelete", {"name": "late"})
     assert definitions(b0)["late"] == 3 and definitions(b1)["late"] == 3
+    status = _status(b0.endpoints)
+    assert status.returncode == 1, "cluster status exits 1 while a member is down"
+    rows = {m["name"]: m for m in json.loads(status.stdout)["members"]}
+    assert rows["b0"]["up"] and rows["b1"]["up"] and not rows["b2"]["up"]
+    assert rows["b0"]["topics"] >= 1 and rows["b0"]["data_dir"].endswith("b0")
     b2.start()  # imports what it missed from its peers at start
     wait_until(lambda: definitions(b2).get("late") == 3, 15, "the topic on the restarted member")
     call(b2.endpoints, "TopicDelete", {"name": "late"})
@@ -169,6 +178,21 @@ def test_topic_definitions_reach_a_member_that_was_down(cluster: Cluster) -> Non
     # Probes keep running (every 2 s); a tombstone keeps the topic from coming back.
     time.sleep(4.5)  # sleep: two probe periods, to see that nothing happens (no event for that)
     assert all("late" not in definitions(b) for b in cluster.brokers)
+
+
+def _status(endpoints: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "txmq.cli",
+        "cluster",
+        "status",
+        "--json",
+        "--endpoints",
+        endpoints,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
 def definitions(b: BrokerProcess) -> dict[str, int]:
