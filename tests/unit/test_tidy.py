@@ -10,7 +10,9 @@ Rules (see /work/shared/STYLE.md and docs/ARCHITECTURE.md):
 - a test does not sleep to synchronise: each ``time.sleep``/``asyncio.sleep`` in tests carries a
   ``# sleep:`` comment on its line saying why no event exists (a poll interval of a bounded
   wait is such a reason);
-- an ``__init__.py`` holds a docstring and nothing else that runs.
+- an ``__init__.py`` holds a docstring and nothing else that runs;
+- no class is named ``*Manager``/``*Util(s)`` (name what it is), and no broad ``except``
+  (``Exception``, ``BaseException``, bare) swallows an error with only ``pass``.
 
 An exception is allowed only through ALLOWED below, each with the reason it cannot be fixed yet.
 """
@@ -134,6 +136,36 @@ def logic_in_init(files: Iterable[Path]) -> list[str]:
     return out
 
 
+_VAGUE_CLASS = re.compile(r"\w*(Manager|Util|Utils)$")
+_BROAD = ("Exception", "BaseException")
+
+
+def vague_class_names(files: Iterable[Path]) -> list[str]:
+    out = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.ClassDef) and _VAGUE_CLASS.fullmatch(node.name):
+                out.append(f"{_rel(f)}:{node.lineno} {node.name}")
+    return out
+
+
+def swallowed_exceptions(files: Iterable[Path]) -> list[str]:
+    out = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if not isinstance(node, ast.ExceptHandler):
+                continue
+            broad = node.type is None or ast.unparse(node.type) in _BROAD
+            empty = all(
+                isinstance(s, ast.Pass)
+                or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                for s in node.body
+            )
+            if broad and empty:
+                out.append(f"{_rel(f)}:{node.lineno}")
+    return out
+
+
 # --- The project obeys the rules. ------------------------------------------------------------
 
 
@@ -160,6 +192,11 @@ def test_init_files_hold_no_logic() -> None:
     assert logic_in_init(_py_files(SRC, TESTS)) == []
 
 
+def test_names_say_what_and_errors_are_not_swallowed() -> None:
+    assert vague_class_names(_py_files(SRC)) == []
+    assert swallowed_exceptions(_py_files(SRC)) == []
+
+
 # --- Each rule can fail: synthetic bad files. ------------------------------------------------
 
 
@@ -176,6 +213,11 @@ def bad(tmp_path: Path) -> Path:
         "time.sleep(2)\n"
         "async def f() -> None:\n    await asyncio.sleep(1)\n"
         "time.sleep(0.1)  # sleep: poll interval of a bounded wait\n"
+    )
+    (tmp_path / "vague.py").write_text(
+        "class TopicManager:\n    pass\n"
+        "try:\n    x = 1\nexcept Exception:\n    pass\n"
+        "try:\n    x = 2\nexcept ValueError:\n    pass\n"
     )
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -194,6 +236,8 @@ def test_rules_catch_synthetic_violations(bad: Path) -> None:
     sleeps = unexplained_sleeps(files)
     assert [s.split(":")[1] for s in sleeps] == ["2", "4"], sleeps
     assert [v.split(":")[1] for v in logic_in_init(files)] == ["3"]
+    assert [v.rsplit(" ", 1)[1] for v in vague_class_names(files)] == ["TopicManager"]
+    assert [v.split(":")[1] for v in swallowed_exceptions(files)] == ["5"]
 
 
 def test_limits_itself_is_not_flagged(tmp_path: Path) -> None:
