@@ -10,6 +10,8 @@ broker (FAST check-back timings); then drive ``commit_batch``/``abort_batch`` di
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from tests.integration.conftest import BrokerProcess, wait_until
 from txmq.cli.admin_client import call, call_pages
 from txmq.errors import BadRequestError, MessageTypeConflictError, TxmqError
 from txmq.spark.client import BrokerClient, SentHalf, build_message
-from txmq.spark.sink import SentHalves, TxmqBatchWriter
+from txmq.spark.sink import SentHalves, TxmqBatchWriter, _prepare
 from txmq.txn import bundle
 from txmq.txn.ledger import (
     LEDGER_TOPIC,
@@ -124,15 +126,16 @@ def test_bundles_are_refused_whole_and_back_pressure_is_retriable(
 ) -> None:
     ep = spark_broker.endpoints
     call(ep, "TopicCreate", {"name": "bundle-plain", "queues": 1, "type": "normal"})
+    call(ep, "TopicCreate", {"name": "bundle-txn", "queues": 1, "type": "transaction"})
     with BrokerClient(ep) as broker:
         with pytest.raises(MessageTypeConflictError, match="accepts normal messages"):
             _bundle(broker, "bundle-plain", "q4", "1", 2, "x")
         row = bundle.encode_message("elsewhere", b"x", message_id="m", born_timestamp_ms=1)
         with pytest.raises(BadRequestError, match="holds a message for"):
-            broker.prepare_bundle("ledger-bundles", [row], {})
-        row = bundle.encode_message("ledger-bundles", b"x", message_id="m", born_timestamp_ms=1)
+            broker.prepare_bundle("bundle-txn", [row], {})
+        row = bundle.encode_message("bundle-txn", b"x", message_id="m", born_timestamp_ms=1)
         with pytest.raises(BadRequestError, match="reserved"):
-            broker.prepare_bundle("ledger-bundles", [row], {"TXMQ_BUNDLE": "9"})
+            broker.prepare_bundle("bundle-txn", [row], {"TXMQ_BUNDLE": "9"})
         assert _bodies(broker, "bundle-plain") == []
     # A broker whose disk is "full" (watermark below what is used) pushes back, retriably.
     config = tmp_path / "full.toml"
@@ -169,3 +172,27 @@ def test_the_sink_creates_its_ledger_topic_where_topics_are_not_auto_created(
             assert broker.topics_named(LEDGER_TOPIC) == {LEDGER_TOPIC}
     finally:
         strict.stop()
+
+
+def test_a_task_waits_out_a_broker_that_is_not_there_yet(tmp_path: Path) -> None:
+    """Back-pressure is retried, not failed: a bundle sent while the broker is still starting
+    is stored once it listens (the client's own retries alone give up after ~2 s)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "late.toml"  # the topic cannot be created before the broker is up
+    config.write_text("[broker]\nauto_create_topics = true\n")
+    late = BrokerProcess(tmp_path / "late", ["--config", str(config)])
+    late.port = port
+    starter = threading.Timer(4.0, late.start)
+    starter.start()
+    try:
+        ep = f"127.0.0.1:{port}"
+        row = bundle.encode_message("late-out", b"x", message_id="m", born_timestamp_ms=1)
+        with BrokerClient(ep) as client:
+            sent = _prepare(client, "late-out", [row], {PROP_SINK_QUERY: "q6"})
+            assert sent.transaction_id
+            assert _pending(ep, "late-out") == 1
+    finally:
+        starter.join()
+        late.stop()
