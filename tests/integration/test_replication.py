@@ -205,7 +205,17 @@ def test_a_killed_follower_stops_sync_acks_until_it_is_back(group) -> None:  # t
     # min_insync_replicas 2 of 2: the write is stored on the leader but not acknowledged.
     code, text = _send_raw(leader.endpoints, "f", b"two", "1E")
     assert code == pb.SLAVE_PERSISTENCE_TIMEOUT, text
-    follower.start()  # same data dir: it catches up from its own end offset
-    wait_until(lambda: _send_raw(leader.endpoints, "f", b"three", "1F")[0] == pb.OK, 30, "acks")
-    st = status(leader.endpoints)
-    assert sorted(st["in_sync"]) == ["r0", "r1"], st  # type: ignore[call-overload]
+    c = consumer(leader.endpoints, "reader", "f")
+    try:
+        # Stored on the leader alone, so no reader sees it (a failover now could lose it).
+        seen = [bytes(m.body) for m in drain(c, 2, timeout_s=4)]
+        assert seen == [b"one"], seen
+        assert status(leader.endpoints)["held_records"] == 1
+        follower.start()  # same data dir: it catches up from its own end offset
+        wait_until(lambda: _send_raw(leader.endpoints, "f", b"three", "1F")[0] == pb.OK, 30, "acks")
+        st = status(leader.endpoints)
+        assert sorted(st["in_sync"]) == ["r0", "r1"], st  # type: ignore[call-overload]
+        later = {bytes(m.body) for m in drain(c, 2, timeout_s=20)}
+        assert {b"two", b"three"} <= later, later
+    finally:
+        c.shutdown()

@@ -17,7 +17,7 @@ from tests.conftest import SMALL, Clock
 from txmq.errors import CorruptRecordError
 from txmq.model import RecordDraft, TxnFlag
 from txmq.store.config import StoreConfig
-from txmq.store.replica import DivergedError, append_shipped, ship
+from txmq.store.replica import DivergedError, Hold, append_shipped, durable_end, ship
 from txmq.store.store import Store
 
 FLAGS = (TxnFlag.NORMAL, TxnFlag.NORMAL, TxnFlag.PREPARED, TxnFlag.COMMIT, TxnFlag.ROLLBACK)
@@ -144,3 +144,27 @@ def test_a_damaged_shipment_is_refused_and_nothing_is_written(tmp_path: Path) ->
     assert follower.log_end_offset == 0
     leader.close()
     follower.close()
+
+
+def test_a_hold_keeps_durable_records_unread_until_released(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    leader.append(RecordDraft("a", 0, b"before", message_id="m0"))
+    hold = Hold(leader)
+    firsts = [leader.append(RecordDraft("a", 0, b"x" * 100, message_id=f"m{i}")) for i in (1, 2)]
+    # Durable (a follower can fetch them) but no reader sees them yet.
+    assert durable_end(leader) == firsts[-1].physical_offset + firsts[-1].size
+    assert [r.body for r in leader.read_queue("a", 0, 0, 10).records] == [b"before"]
+    assert ship(leader, firsts[0].physical_offset).next_offset == durable_end(leader)
+    assert hold.held == 2
+    # The replicas have the first of them: it alone becomes readable, in order.
+    hold.release(firsts[0].physical_offset + firsts[0].size)
+    assert len(leader.read_queue("a", 0, 0, 10).records) == 2 and hold.held == 1
+    hold.release(durable_end(leader))
+    assert len(leader.read_queue("a", 0, 0, 10).records) == 3 and hold.held == 0
+    leader.close()
+    # What was held and never released is dispatched by the next open (recovery), as any
+    # durable record past the checkpoint is.
+    again = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    assert len(again.read_queue("a", 0, 0, 10).records) == 3
+    again.close()

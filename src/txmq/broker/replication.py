@@ -34,7 +34,7 @@ from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError
-from txmq.store.replica import DivergedError, ship
+from txmq.store.replica import DivergedError, Hold, durable_end, ship
 from txmq.store.store import Store
 
 SERVICE: Final = "txmq.replica.v1.Replica"
@@ -61,6 +61,8 @@ class Replication:
         self.leadership = leadership
         self.min_insync = min_insync
         self.insync = InSync([], now_ms=leadership.clock())
+        # With SYNC replication readers see a record only once min_insync replicas have it.
+        self.hold = Hold(store) if min_insync > 1 else None
         self._appended = asyncio.Event()  # a write happened: wake fetchers at the end
         self._progress = asyncio.Event()  # a follower fetched further: wake waiting acks
 
@@ -78,11 +80,11 @@ class Replication:
             ReplicationTimeoutError: fewer than min_insync replicas had it in time.
         """
         self._check_leading()
-        end = self.store.log_end_offset
+        end = durable_end(self.store)
         self._appended.set()
         deadline = time.monotonic() + limits.REPLICA_ACK_TIMEOUT_MS / 1000
         clock = self.leadership.clock
-        while self.insync.durable_end(self.store.log_end_offset, self.min_insync, clock()) < end:
+        while self.insync.durable_end(durable_end(self.store), self.min_insync, clock()) < end:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ReplicationTimeoutError(
@@ -107,9 +109,14 @@ class Replication:
         last = args.get("last")
         if last is not None and record_crc(self.store, int(last[0])) != int(last[1]):
             raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
-        self.insync.fetched(name, start, self.store.log_end_offset, self.leadership.clock())
+        now = self.leadership.clock()
+        self.insync.fetched(name, start, durable_end(self.store), now)
+        if self.hold is not None:
+            up_to = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
+            if up_to > 0:
+                await run(self.hold.release, up_to)
         self._progress.set()
-        if start >= self.store.log_end_offset:
+        if start >= durable_end(self.store):
             self._appended.clear()
             # On a timeout it is answered empty (or with writes that skip acknowledge).
             with contextlib.suppress(TimeoutError):
@@ -127,7 +134,7 @@ class Replication:
 
     def status(self) -> dict[str, Any]:
         now = self.leadership.clock()
-        end = self.store.log_end_offset
+        end = durable_end(self.store)
         leader = self.leadership.leader
         return {
             "ok": True,
@@ -138,6 +145,7 @@ class Replication:
             "end": end,
             "in_sync": [self.leadership.election.me, *self.insync.members(now)],
             "lag_bytes": self.insync.lag_bytes(end),
+            "held_records": self.hold.held if self.hold is not None else 0,
         }
 
 

@@ -124,6 +124,13 @@ class GroupCommit:
         self._work.notify()
         return self._group
 
+    def replace_publish(self, publish: Publish) -> Publish:
+        """Route publication through ``publish`` from now on; returns the one it replaces
+        (store/replica.py holds records back until replicas have them)."""
+        with self.lock:
+            old, self._publish = self._publish, publish
+        return old
+
     def fence(self, reason: str) -> None:
         if not self.fenced:
             self.fenced = reason

@@ -16,6 +16,8 @@ segment, where the follower's ``reserve`` rolls to the same offset.
 from __future__ import annotations
 
 import struct
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from txmq import limits
@@ -51,7 +53,7 @@ def ship(
         OffsetNotFoundError: ``from_offset`` is below the log start (retention deleted it).
         DivergedError: ``from_offset`` is past the leader's end.
     """
-    end = store.log_end_offset
+    end = durable_end(store)
     if from_offset > end:
         raise DivergedError(f"offset {from_offset} is past the leader's end {end}")
     if from_offset < store.log_start_offset:
@@ -176,3 +178,47 @@ def tail_of(store: Store) -> tuple[int, int] | None:
             head = store.log.read_raw(found[0], 12)
             return found[0], _CRC.unpack_from(head, 8)[0]
     return None
+
+
+def durable_end(store: Store) -> int:
+    """The end of what is durable on this store, visible or held back (``Hold``)."""
+    return store._group.durable_end
+
+
+class Hold:
+    """Keep durable records invisible to readers until ``release`` says the replicas have them
+    (Kafka's high watermark): a consumer never reads a record a failover could lose.
+
+    Installed by a leader with min_insync_replicas > 1; without one, publication is as before.
+    The flusher hands each durable batch here instead of to the dispatcher; ``release(up_to)``
+    publishes, in log order, every held record that ends at or below ``up_to``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._lock = threading.Lock()
+        self._held: list[tuple[list[codec.Entry], int]] = []  # (entries, end) in log order
+        self._publish = store._group.replace_publish(self._keep)
+
+    def _keep(self, entries: Sequence[codec.Entry], end: int) -> None:
+        with self._lock:
+            self._held.append((list(entries), end))
+
+    def release(self, up_to: int) -> None:
+        """Publish every held record ending at or below ``up_to``. Blocking (queue writes)."""
+        with self._lock:
+            while self._held:
+                entries, end = self._held[0]
+                ready = [e for e in entries if e.physical_offset + e.size <= up_to]
+                if len(ready) < len(entries):
+                    if ready:
+                        last = ready[-1]
+                        self._publish(ready, last.physical_offset + last.size)
+                        self._held[0] = (entries[len(ready) :], end)
+                    return
+                self._publish(entries, end)
+                self._held.pop(0)
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return sum(len(entries) for entries, _ in self._held)
