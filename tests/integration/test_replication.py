@@ -219,3 +219,30 @@ def test_a_killed_follower_stops_sync_acks_until_it_is_back(group) -> None:  # t
         assert {b"two", b"three"} <= later, later
     finally:
         c.shutdown()
+
+
+def test_an_undecided_transaction_is_checked_back_by_the_new_leader(group) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = leader_of(group)
+    create_topic(leader, follower, "pending")
+    p = producer(leader.endpoints, ("pending",), Checker(lambda m: R.UNKNOWN))
+    try:
+        tx = p.begin_transaction()
+        half = p.send(message("pending", b"decide me"), tx)  # acknowledged: on both replicas
+    finally:
+        p.shutdown()  # gone without deciding
+    leader.kill9()
+    shutil.rmtree(leader.data_dir)
+    wait_until(lambda: status(follower.endpoints).get("role") == "leader", FAILOVER_S, "failover")
+    # SYNC with 2 of 2: the decision the check-back brings is readable once a second replica
+    # has it, so the lost machine comes back, empty, and copies the new leader's log.
+    leader.start()
+    checker = Checker(lambda m: R.COMMIT)
+    p2 = producer(follower.endpoints, ("pending",), checker)
+    c = consumer(follower.endpoints, "after", "pending")
+    try:
+        got = drain(c, 1, timeout_s=30)
+    finally:
+        c.shutdown()
+        p2.shutdown()
+    assert [m.message_id for m in got] == [half.message_id]
+    assert half.message_id in checker.calls  # the new leader asked, the producer committed
