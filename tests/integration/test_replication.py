@@ -246,3 +246,38 @@ def test_an_undecided_transaction_is_checked_back_by_the_new_leader(group) -> No
         p2.shutdown()
     assert [m.message_id for m in got] == [half.message_id]
     assert half.message_id in checker.calls  # the new leader asked, the producer committed
+
+
+def test_consumer_positions_survive_a_failover(group) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = leader_of(group)
+    create_topic(leader, follower, "pos")
+    for i in range(10):
+        assert _send_raw(leader.endpoints, "pos", f"p{i}".encode(), f"2{i:07X}")[0] == pb.OK
+    c = consumer(leader.endpoints, "keeper", "pos")
+    try:
+        assert len(drain(c, 10, timeout_s=20)) == 10  # all acked
+    finally:
+        c.shutdown()
+    copy = follower.data_dir / "consumer-positions.json"
+
+    def follower_has_acks() -> bool:
+        rows = json.loads(copy.read_text())["positions"] if copy.exists() else []
+        keeper = [r for r in rows if r["group"] == "keeper"]
+        return bool(keeper) and sum(int(r["ack"]) for r in keeper) == 10
+
+    wait_until(follower_has_acks, 10, "the follower's copy of the positions")
+    leader.kill9()
+    shutil.rmtree(leader.data_dir)
+    wait_until(lambda: status(follower.endpoints).get("role") == "leader", FAILOVER_S, "failover")
+    leader.start()  # SYNC 2 of 2: the new leader needs a second replica to take writes
+    assert _send_raw(follower.endpoints, "pos", b"new", "3000000A")[0] in (pb.OK, 50402)
+    wait_until(
+        lambda: _send_raw(follower.endpoints, "pos", b"new", "3000000B")[0] == pb.OK, 30, "ack"
+    )
+    c = consumer(follower.endpoints, "keeper", "pos")
+    try:
+        again = [bytes(m.body) for m in drain(c, 11, timeout_s=6)]
+    finally:
+        c.shutdown()
+    # The group carries on where it was: only what was sent after the failover.
+    assert again and all(b == b"new" for b in again), again

@@ -205,6 +205,21 @@ def _add_services(
     return consume, servicer
 
 
+def _lead_with(
+    leadership: Leadership, server: Any, parts: Parts, servicer: MessagingServicer
+) -> None:
+    """Serve the Replica channel and gate every acknowledgement through replication."""
+    replication = Replication(
+        parts.store,
+        parts.topics,
+        leadership,
+        parts.config.min_insync_replicas,
+        positions=parts.deliveries.snapshot,
+    )
+    add_replica(server, replication, servicer)
+    servicer.ack_gate = replication.acknowledge
+
+
 async def serve(
     config: BrokerConfig,
     *,
@@ -247,11 +262,7 @@ async def serve(
         membership = membership_for(config, found, port, parts.now_ms, peers)
         consume, servicer = _add_services(server, parts, executor, membership)
         if leadership is not None:
-            replication = Replication(
-                parts.store, parts.topics, leadership, config.min_insync_replicas
-            )
-            add_replica(server, replication, servicer)
-            servicer.ack_gate = replication.acknowledge
+            _lead_with(leadership, server, parts, servicer)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 

@@ -17,6 +17,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,21 @@ def _drop_broker_state(data_dir: Path) -> None:
         if path.exists():
             log.warning("dropping %s from this replica's last leadership", path)
             path.unlink()
+
+
+def clamp_positions(
+    doc: dict[str, Any], queue_offsets: Callable[[str, int], tuple[int, int]]
+) -> dict[str, Any]:
+    """The leader's consumer positions cut to what this replica's queues hold: an ack offset,
+    settled offset or attempt past a queue's end here would skip a record that reaches this
+    replica later (after a promotion: a loss); cut, it is at most delivered again."""
+    rows = []
+    for r in doc.get("positions", []):
+        end = queue_offsets(str(r["topic"]), int(r["queue"]))[1]
+        settled = [[lo, min(hi, end - 1)] for lo, hi in r["settled"] if lo < end]
+        attempts = [a for a in r["attempts"] if a[0] < end]
+        rows.append({**r, "ack": min(int(r["ack"]), end), "settled": settled, "attempts": attempts})
+    return {**doc, "positions": rows}
 
 
 class Follower:
@@ -167,6 +183,12 @@ class Follower:
                     define(self.topics, d)
                 except BadRequestError as exc:
                     log.warning("leader's topic not copied: %s", exc)
+        if "positions" in header:
+            doc = clamp_positions(header["positions"], self.store.queue_offsets)
+            raw = json.dumps(doc, separators=(",", ":")).encode()
+            await asyncio.to_thread(
+                self.store.disk.write_atomic, self.config.data_dir / POSITIONS_FILE, raw
+            )
 
     def _start_over(self) -> None:
         """Our tail is not the leader's: drop the whole store and fetch again from 0."""

@@ -55,25 +55,31 @@ def _ranges(offsets: Iterable[int]) -> list[list[int]]:
     return out
 
 
+def encode_positions(positions: Iterable[tuple[QueueKey, Position]]) -> bytes:
+    """The positions file's bytes (a replica leader also ships them to its followers)."""
+    rows = [
+        {
+            "group": k.group,
+            "topic": k.topic,
+            "queue": k.queue_id,
+            "ack": p.ack_offset,
+            "settled": _ranges(p.settled),
+            "attempts": [list(a) for a in p.attempts],
+        }
+        for k, p in positions
+    ]
+    return json.dumps(
+        {"version": _FORMAT_VERSION, "positions": rows}, separators=(",", ":")
+    ).encode()
+
+
 class OffsetFile:
     def __init__(self, path: Path, disk: Disk | None = None) -> None:
         self.path = path
         self.disk = disk if disk is not None else OsDisk()
 
     def save(self, positions: Iterable[tuple[QueueKey, Position]]) -> None:
-        rows = [
-            {
-                "group": k.group,
-                "topic": k.topic,
-                "queue": k.queue_id,
-                "ack": p.ack_offset,
-                "settled": _ranges(p.settled),
-                "attempts": [list(a) for a in p.attempts],
-            }
-            for k, p in positions
-        ]
-        data = json.dumps({"version": _FORMAT_VERSION, "positions": rows}, separators=(",", ":"))
-        self.disk.write_atomic(self.path, data.encode())
+        self.disk.write_atomic(self.path, encode_positions(positions))
 
     def load(self) -> dict[QueueKey, Position]:
         if not self.disk.exists(self.path):
@@ -366,6 +372,11 @@ class ConsumerPositions:
             if book is not None:
                 return book.ack_offset
         return self.store.queue_offsets(topic, queue_id)[0]
+
+    def snapshot(self) -> bytes:
+        """The positions as the positions file holds them, now (for replica followers)."""
+        with self._lock:
+            return encode_positions(list(self.book.positions()))
 
     def save(self, *, force: bool = False) -> None:
         # One saver at a time, so an older snapshot never replaces a newer one on disk.

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import struct
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -54,9 +56,15 @@ class Replication:
     """A leading replica's bookkeeping (one per broker process while it leads)."""
 
     def __init__(
-        self, store: Store, topics: TopicRegistry, leadership: Leadership, min_insync: int
+        self,
+        store: Store,
+        topics: TopicRegistry,
+        leadership: Leadership,
+        min_insync: int,
+        positions: Callable[[], bytes] | None = None,
     ) -> None:
         self.store = store
+        self.positions = positions  # consumer positions, shipped with the topics
         self.topics = topics
         self.leadership = leadership
         self.min_insync = min_insync
@@ -130,6 +138,8 @@ class Replication:
         }
         if args.get("topics"):
             header["topics"] = [definition(info) for info in self.topics.list()]
+            if self.positions is not None:
+                header["positions"] = json.loads(self.positions())
         return header, shipment.data
 
     def status(self) -> dict[str, Any]:
