@@ -5,6 +5,7 @@ Also ASYNC interval flushing and the disk-usage check's cadence."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import replace
@@ -198,4 +199,40 @@ def test_a_nowait_write_whose_fsync_failed_is_told_and_refused(clock: Clock) -> 
     assert done.wait(10), "a fence completes the group too"
     with pytest.raises(StoreFencedError):
         s.durable(pending)
+    s.close()
+
+
+def test_a_roll_writes_the_staged_records_before_syncing_the_full_segment(clock: Clock) -> None:
+    """SYNC writers only stage their bytes; the flusher pwrites them before its fsync. A roll
+    while some are staged (the flusher busy in an fsync) must write them into the full segment
+    before syncing it: after a power loss every acknowledged record is there."""
+    disk = GatedDisk()
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    big = 60 * 1024
+    for i in range(4):  # ~240 KiB of the 256 KiB segment: the next big record rolls
+        s.append(RecordDraft(topic="t", queue_id=0, body=b"b" * big, message_id=f"b{i}"))
+    disk.gated = True
+    errors: list[BaseException] = []
+    first = start_writers(s, range(10, 11), errors)
+    assert disk.entered.acquire(timeout=10), "the flusher's fsync started"
+    staged = start_writers(s, range(11, 16), errors)
+    wait_until(lambda: len(s._group._pending) == 5, "five writers staged and wait")
+    assert len(s.log._staged) == 5, "their bytes wait for the flusher, not written yet"
+    roller = threading.Thread(
+        target=s.append, args=(RecordDraft(topic="t", queue_id=0, body=b"r" * big),)
+    )
+    roller.start()
+    assert disk.entered.acquire(timeout=10), "the roll syncs the full segment"
+    assert s.log._staged == [], "written before that sync"
+    disk.gated = False
+    disk.gate.set()
+    for t in [*first, *staged, roller]:
+        t.join(10)
+    assert not errors and not roller.is_alive()
+    s.abandon()
+    disk.crash(random.Random(7))  # what was not synced is lost, maybe torn
+    s = Store.open(ROOT, SMALL, now_ms=clock, disk=disk)
+    got = [r.message_id for r in s.read_queue("t", 0, 0, 99).records]
+    assert got[:4] == [f"b{i}" for i in range(4)] and len(got) == 11
+    assert sorted(got[4:10]) == [f"m{i}" for i in range(10, 16)]
     s.close()

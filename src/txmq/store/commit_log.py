@@ -9,7 +9,10 @@ writer lock) or decide what a bad record means (recovery.py does).
 Theory of operation: ``reserve(size)`` returns where the next ``size`` bytes go, rolling to a
 new segment when they would not fit; before rolling, the full segment is fdatasync'ed, so the
 group-commit flusher only ever has to sync the active segment. ``write`` puts the bytes there
-with one pwrite.
+with one pwrite, or with ``stage`` (SYNC mode, reserved space) stages them: the flusher takes
+them under the writer lock (``take_staged``) and pwrites them before its fdatasync, so the event
+loop never gives up the GIL to write (issue 17); visible only once synced, like any record. A
+roll writes what is staged first (after the flusher's write-out), then syncs the whole segment.
 
 Full disk (ADR 0003): every byte the log writes, and the 12-byte blank header that may follow
 it, lies in space reserved beforehand (``FileHandle.allocate``, fallocate KEEP_SIZE, up to
@@ -84,6 +87,11 @@ class CommitLog:
         self.segments: list[Segment] = []
         self._starts: list[int] = []
         self._segments_lock = threading.Lock()
+        # Writes staged for the flusher: (segment, position, bytes), in log order, all in the
+        # active segment and inside its reservation. Guarded by the store's writer lock.
+        self._staged: list[tuple[Segment, int, bytes]] = []
+        # Held from ``take_staged`` until the flusher's pwrites are done: a roll waits on it.
+        self._writeout_lock = threading.Lock()
         disk.makedirs(directory)
         for name in disk.list(directory):
             if not is_segment_name(name):
@@ -199,6 +207,7 @@ class CommitLog:
         if size + codec.HEAD_SIZE > room:
             nxt = self._new_segment(seg.start + self.segment_size, size + codec.HEAD_SIZE)
             try:
+                self._drain_staged()
                 if room >= codec.HEAD_SIZE:
                     self._put(seg, codec.blank(room))
                 seg.handle.sync()
@@ -214,8 +223,9 @@ class CommitLog:
         self._reserve_room(seg, seg.used + size + codec.HEAD_SIZE)
         return seg.start + seg.used
 
-    def write(self, offset: int, data: bytes) -> None:
-        """Write at ``offset`` (from ``reserve``).
+    def write(self, offset: int, data: bytes, *, stage: bool = False) -> None:
+        """Write at ``offset`` (from ``reserve``). With ``stage``, bytes inside the reservation
+        are only staged for the flusher (``take_staged``; SYNC mode: visible once synced).
 
         Raises:
             DiskFullError: the disk was full after all (no reservation possible); nothing was
@@ -225,8 +235,39 @@ class CommitLog:
         seg = self.segments[-1]
         invariant(offset == seg.start + seg.used, "writes must be contiguous")
         invariant(seg.used + len(data) + codec.HEAD_SIZE <= self.segment_size, "past segment end")
-        self._put(seg, data)
+        if stage and seg.used + len(data) <= seg.reserved:
+            # Reserved blocks: the pwrite cannot meet a full disk (ADR 0003), so deferring it
+            # to the flusher loses no DiskFullError refusal.
+            self._staged.append((seg, seg.used, data))
+        else:
+            self._put(seg, data)
         seg.used += len(data)
+
+    def take_staged(self) -> Callable[[], None]:
+        """Under the writer lock: take the staged writes; returns the function that pwrites
+        them (call it exactly once, outside the lock, before syncing; it raises the OSError of
+        a failed write, and the caller fences). Until it returns, a roll waits."""
+        self._writeout_lock.acquire()
+        staged, self._staged = self._staged, []
+        active = self.segments[-1]
+        invariant(all(seg is active for seg, _, _ in staged), "staged bytes outside the active")
+
+        def write_out() -> None:
+            try:
+                for seg, pos, data in staged:
+                    seg.handle.pwrite(data, pos)
+            finally:
+                self._writeout_lock.release()
+
+        return write_out
+
+    def _drain_staged(self) -> None:
+        """Under the writer lock, before a roll syncs the segment: write what is staged (after
+        any write-out the flusher has under way)."""
+        with self._writeout_lock:
+            staged, self._staged = self._staged, []
+            for seg, pos, data in staged:
+                seg.handle.pwrite(data, pos)
 
     def seal(self, seg: Segment) -> None:
         """Recovery found ``seg``'s blank: it is full, the next write rolls."""

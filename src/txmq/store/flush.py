@@ -4,8 +4,9 @@ Owns: ``GroupCommit``. Writers hold ``lock`` while they write a record (page cac
 hand its dispatch entry to ``add``, which returns the ``Group`` the write joined; in SYNC mode
 they then release the lock and wait for that group (``wait_durable``), or ask it to call them
 back (``Group.on_done``: how the broker's event loop waits without a thread). One flusher
-thread takes everything written when it wakes, starts a new group, runs ``sync_log`` (one
-fdatasync), ``publish``es the entries (to consume queues and the index), moves
+thread takes everything written when it wakes, starts a new group, writes the log bytes the
+writers staged (``take_writes``: one pwrite per staged write, off the writers' thread), runs
+``sync_log`` (one fdatasync), ``publish``es the entries (to consume queues and the index), moves
 ``durable_end`` and sets the group done. So one fsync serves every writer that arrived
 meanwhile, a record is visible to readers only once durable, and waking a group's writers never
 goes through the writer lock. In ASYNC mode ``add`` publishes at once and the flusher syncs
@@ -76,6 +77,7 @@ class GroupCommit:
         end: int,
         sync_log: Callable[[], None],
         publish: Publish,
+        take_writes: Callable[[], Callable[[], None]],
         after_flush: Callable[[int], None],
     ) -> None:
         self.lock = threading.Lock()
@@ -90,6 +92,7 @@ class GroupCommit:
         self._sync_mode = sync_mode
         self._interval_s = interval_ms / 1000.0
         self._sync_log = sync_log
+        self._take_writes = take_writes
         self._publish = publish
         self._after_flush = after_flush
         self.written_end = end
@@ -180,9 +183,10 @@ class GroupCommit:
 
     # --- The flusher thread. ---------------------------------------------------------------------
 
-    def _take(self) -> tuple[int, list[Entry], Group] | None:
-        """Wait for work; return (target end, entries to publish, the group) or None
-        to exit. Writers that write after this join the next group."""
+    def _take(self) -> tuple[int, list[Entry], Group, Callable[[], None]] | None:
+        """Wait for work; return (target end, entries to publish, the group, the function that
+        writes the log bytes writers staged) or None to exit. Writers that write after this
+        join the next group."""
         with self.lock:
             while True:
                 if self._halted or self.fenced:
@@ -200,15 +204,16 @@ class GroupCommit:
             batch, self._pending = self._pending, []
             group, self._group = self._group, Group()
             self._in_flight = group
-            return self.written_end, batch, group
+            return self.written_end, batch, group, self._take_writes()
 
     def _run(self) -> None:
         while True:
             work = self._take()
             if work is None:
                 return
-            target, batch, group = work
+            target, batch, group, write_out = work
             try:
+                write_out()  # first: it releases what a roll waits for, whatever happens
                 self._sync_log()
                 self.syncs += 1
                 if batch:

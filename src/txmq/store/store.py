@@ -113,12 +113,14 @@ class Store:
         self._disk_checked_ms = -_DISK_CHECK_MS
         self._disk_used = 0.0
         self._last_store_ms = 0
+        self._stage_writes = config.flush_mode is FlushMode.SYNC
         self._group = GroupCommit(
             sync_mode=config.flush_mode is FlushMode.SYNC,
             interval_ms=config.flush_interval_ms,
             end=self.log.end_offset,
             sync_log=self.log.sync,
             publish=self._dispatcher.publish,
+            take_writes=self.log.take_staged,
             after_flush=self._after_flush,
         )
         self._dispatcher.on_disk_full = self._ballast.release
@@ -256,7 +258,7 @@ class Store:
             results.append(AppendResult(at, len(buf), qoff, now, d.message_id))
             at += len(buf)
         try:
-            self.log.write(phys, b"".join(parts))
+            self.log.write(phys, b"".join(parts), stage=self._stage_writes)
             self._next_queue_offset.update(assigned)
             group = self._group.add(entries, at)
         except DiskFullError:
