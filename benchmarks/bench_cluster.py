@@ -115,7 +115,7 @@ def phase(n: int, threads: int, seconds: float, base_dir: str) -> Phase:
 
 def create_topic(endpoints: str, topic: str) -> None:
     """A transaction topic with 4 queues per broker, present on every member before sending."""
-    from txmq.cli.admin_client import call
+    from txmq.client.admin import call
 
     first = endpoints.split(";")[0]
     call(first, "TopicCreate", {"name": topic, "queues": 4, "type": "transaction"})

@@ -81,7 +81,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from txmq import limits
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.spark.arrow import SCHEMA_DDL
 from txmq.spark.client import BrokerClient, build_message
 from txmq.spark.session import local_session

@@ -18,7 +18,7 @@ import pytest
 from tests.cli.test_cli import txmq
 from tests.integration.conftest import BrokerProcess
 from txmq import limits
-from txmq.cli.admin_client import call, call_pages
+from txmq.client.admin import call, call_pages
 from txmq.errors import BadRequestError
 from txmq.model import RecordDraft
 from txmq.spark.client import BrokerClient, build_message

@@ -14,7 +14,7 @@ from typing import Any
 from tests.dashboard.conftest import artifacts_dir
 from tests.dashboard.test_browser import reload_until
 from tests.integration.conftest import FAST, BrokerProcess
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.dashboard.background import dashboard_process
 from txmq.dashboard.link import Credentials
 

@@ -19,7 +19,7 @@ from rocketmq import TransactionResolution
 
 from tests.dashboard.conftest import Traffic, artifacts_dir
 from tests.integration import clients
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.dashboard.background import dashboard_process
 
 DEADLINE_S = 40.0

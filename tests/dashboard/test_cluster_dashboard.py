@@ -17,7 +17,7 @@ from tests.cli.test_cluster_cli import _lines, _two_free_ports
 from tests.dashboard.conftest import artifacts_dir
 from tests.dashboard.test_browser import reload_until
 from tests.integration.conftest import ROOT
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.dashboard.background import dashboard_process
 
 

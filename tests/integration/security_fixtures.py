@@ -1,5 +1,5 @@
 """Shared pieces of the security tests (test_security.py, test_security_clients.py): a
-session-scoped broker with an ACL file and TLS (throwaway CA from txmq.cli.certs), the users'
+session-scoped broker with an ACL file and TLS (throwaway CA from txmq.demo.certs), the users'
 secrets, raw v2 calls over TLS with the official client's own header code, and the admin view of
 what is stored. Import the fixtures ``pki`` and ``secure`` into a test module to use them.
 """
@@ -21,7 +21,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from rocketmq.v5.util.signature import Signature
 
 from tests.integration.conftest import FAST, BrokerProcess
-from txmq.cli.certs import Bundle, make_bundle
+from txmq.demo.certs import Bundle, make_bundle
 from txmq.protocol.auth import signed_metadata
 
 TOPIC = "sec-orders"

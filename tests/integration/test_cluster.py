@@ -27,7 +27,7 @@ from rocketmq import TransactionResolution as R
 from tests.integration.clients import Checker, consumer, drain, message, producer
 from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
 from txmq.broker.cluster_file import ClusterFile, Member, write
-from txmq.cli.admin_client import call, cluster_call
+from txmq.client.admin import call, cluster_call
 from txmq.errors import TxmqError
 
 

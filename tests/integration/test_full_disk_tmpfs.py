@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from tests.cli.test_cli import ok, txmq
 from tests.integration.conftest import BrokerProcess
 from txmq import errors
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 
 pytestmark = pytest.mark.slow
 META = [("x-mq-client-id", "full-disk-test")]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import BrokerProcess
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 
 PACKAGE = "rocketmq-client-nodejs"
 VERSION = "1.0.8"

@@ -25,7 +25,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from tests.cli.test_cli import ok
 from tests.integration.conftest import BrokerProcess, wait_until
 from txmq import errors, limits
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.model import RecordDraft
 from txmq.store.store import Store
 

@@ -4,7 +4,7 @@ Goal: with --acl-file and --tls-cert/--tls-key, the unmodified rocketmq-python-c
 (``tls_enable=True``, the CA given by gRPC's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) sends, commits,
 rolls back, is checked back and consumes; every kind of bad caller is refused with the RocketMQ
 status the issue names, in the RPC's own response, and nothing is stored.
-Method: one broker for the session (ACL + TLS, throwaway CA from txmq.cli.certs), raw v2 stubs
+Method: one broker for the session (ACL + TLS, throwaway CA from txmq.demo.certs), raw v2 stubs
 over TLS for exact statuses (metadata built by the official client's own Signature code), the
 txmq admin channel as an admin to see what is stored. SIGHUP reload, start-up refusals and
 mutual TLS each get their own broker.
@@ -47,7 +47,7 @@ from tests.integration.security_fixtures import (
     v2,
     write_acl,
 )
-from txmq.cli.certs import Bundle
+from txmq.demo.certs import Bundle
 
 
 def test_official_client_over_tls_sends_commits_rolls_back_checks_back_and_consumes(

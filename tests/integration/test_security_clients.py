@@ -24,7 +24,7 @@ from rocketmq import ClientConfiguration, Credentials, Producer, TransactionReso
 from tests.integration.clients import Checker, message
 from tests.integration.conftest import ROOT, BrokerProcess, wait_until
 from tests.integration.security_fixtures import SECRETS, TOPIC, send_request
-from txmq.cli.certs import Bundle
+from txmq.demo.certs import Bundle
 
 
 def test_the_cli_over_tls_with_credentials(secure: BrokerProcess, pki: Bundle) -> None:

@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from tests.integration.clients import message
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
 from tests.integration.security_fixtures import ACL, SECRETS, TOPIC, send_request, write_acl
-from txmq.cli.certs import Bundle
+from txmq.demo.certs import Bundle
 from txmq.protocol.auth import signed_metadata
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)

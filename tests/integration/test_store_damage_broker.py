@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.cli.test_cli import ok, txmq
 from tests.integration.conftest import BrokerProcess, wait_until
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.model import RecordDraft
 from txmq.store.segment import segment_name
 from txmq.store.store import Store

@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import BrokerProcess
 from tests.spark.conftest import java_problem
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.spark.client import BrokerClient, build_message
 
 pytestmark = pytest.mark.spark

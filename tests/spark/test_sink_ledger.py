@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from tests.integration.conftest import BrokerProcess, wait_until
-from txmq.cli.admin_client import call, call_pages
+from txmq.client.admin import call, call_pages
 from txmq.errors import BadRequestError, MessageTypeConflictError, TxmqError
 from txmq.spark.client import BrokerClient, SentHalf, build_message
 from txmq.spark.sink import SentHalves, TxmqBatchWriter, _prepare

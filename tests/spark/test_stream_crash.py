@@ -66,7 +66,7 @@ def _read_topic(spark: Any, ep: str, topic: str) -> list[str]:
 
 
 def _pending(ep: str, topic: str) -> int:
-    from txmq.cli.admin_client import call_pages
+    from txmq.client.admin import call_pages
 
     rows = call_pages(ep, "TxnList", {}, "transactions")
     return sum(1 for t in rows if t.get("topic") == topic)
@@ -90,7 +90,7 @@ def test_transactional_sink_is_exactly_once_across_killed_drivers(
         f"sink-out-{len(failpoints)}",
     )
     made = produce(ep, src, 120, seed + 1, prefix="s")
-    from txmq.cli.admin_client import call
+    from txmq.client.admin import call
 
     call(ep, "TopicCreate", {"name": dst, "queues": 2, "type": "transaction"})
     args = ("to-topic", ep, src, dst, str(tmp_path / "ckpt"), "30")  # 4 micro-batches

@@ -4,7 +4,7 @@ Why: the RocketMQ v2 protocol has no RPCs for topic management, transaction list
 resolution, consumer-group lag or message lookup, which the ``txmq`` CLI needs. Generic handlers
 with JSON bodies keep it free of generated code (no protoc). Each method takes a JSON object and
 returns ``{"ok": true, ...}`` or ``{"ok": false, "code": <RocketMQ status code>, "error": str}``;
-the client is txmq/cli/admin_client.py.
+the client is txmq/client/admin.py.
 
 Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see

@@ -12,7 +12,7 @@ pass as ``after`` for the following page, or null after the last page. A page ho
 always makes progress). Cursors are opaque strings: for transactions the section (pending,
 then dead) and the half message's log offset, the order they are listed in; for topics and
 groups the last name. A row added or decided between pages is listed once or not at all, never
-twice. Clients follow the pages (txmq.cli.admin_client.call_pages).
+twice. Clients follow the pages (txmq.client.admin.call_pages).
 Must not: hold the coordinator's lock longer than one page takes, or change anything.
 """
 

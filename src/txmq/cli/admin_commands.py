@@ -17,8 +17,8 @@ from rich.table import Table
 
 from txmq import limits
 from txmq.broker.config import BrokerConfig
-from txmq.cli.admin_client import call, call_pages, cluster_call, members
-from txmq.cli.security import F, security_options
+from txmq.client.admin import call, call_pages, cluster_call, members
+from txmq.client.security import F, security_options
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
 console = Console()
@@ -32,7 +32,7 @@ _endpoints = click.option(
 
 
 def endpoints_option(fn: F) -> F:
-    """``--endpoints`` and the security options (cli/security.py) of a client command."""
+    """``--endpoints`` and the security options (client/security.py) of a client command."""
     return security_options(_endpoints(fn))
 
 

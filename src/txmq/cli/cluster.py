@@ -24,8 +24,8 @@ import click
 from txmq import limits
 from txmq.broker.cluster_file import ClusterFile, Member, write
 from txmq.cli import cluster_replicas
-from txmq.cli.admin_client import cluster_call
 from txmq.cli.admin_commands import endpoints_option, json_option, show
+from txmq.client.admin import cluster_call
 from txmq.errors import TxmqError
 
 CLUSTER_FILE_NAME = "cluster.toml"

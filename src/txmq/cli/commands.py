@@ -20,7 +20,6 @@ from typing import Any
 import click
 from rich.console import Console
 
-from txmq.cli.admin_client import call
 from txmq.cli.admin_commands import (
     endpoints_option,
     group,
@@ -30,7 +29,8 @@ from txmq.cli.admin_commands import (
     topic,
     txn,
 )
-from txmq.cli.security import official_configuration
+from txmq.client.admin import call
+from txmq.client.security import official_configuration
 from txmq.errors import NotFoundError, TxmqError
 
 console = Console()

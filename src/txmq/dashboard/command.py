@@ -13,7 +13,7 @@ import sys
 import click
 
 from txmq import limits
-from txmq.cli.security import current, security_options
+from txmq.client.security import current, security_options
 from txmq.dashboard.link import parse_members
 from txmq.protocol.client_security import ClientSecurity
 

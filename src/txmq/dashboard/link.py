@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txmq import limits
-from txmq.cli import admin_client
+from txmq.client import admin
 from txmq.errors import BrokerUnavailableError, invariant
 from txmq.protocol.client_security import ClientSecurity
 
@@ -45,7 +45,7 @@ def call_blocking(
     timeout_s = limits.DASHBOARD_CALL_TIMEOUT_MS / 1000.0
     if write and credentials is None:
         security = dataclasses.replace(security, access_key="", secret_key="")
-    reply = admin_client.call(
+    reply = admin.call(
         endpoint, method, args, timeout_s=timeout_s, security=security, credentials=credentials
     )
     invariant(isinstance(reply, dict), "the admin client returns a JSON object")

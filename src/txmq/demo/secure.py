@@ -1,6 +1,6 @@
 """``txmq demo --secure``: the same story with TLS and an ACL on the embedded broker.
 
-Owns: a throwaway CA and server certificate (``txmq.cli.certs``, the ``cryptography``
+Owns: a throwaway CA and server certificate (``txmq.demo.certs``, the ``cryptography``
 package), an ACL file (mode 600) with an operator who runs the story and a reader who may only
 consume, the environment contract every client of the story reads (``TXMQ_ACCESS_KEY``,
 ``TXMQ_SECRET_KEY``, ``TXMQ_CA_FILE``, and ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` for the
@@ -62,7 +62,7 @@ def secure_setup(work: Path) -> Iterator[tuple[list[str], dict[str, ClientSecuri
         ConfigError: the ``cryptography`` package is missing.
     """
     try:
-        from txmq.cli.certs import make_bundle
+        from txmq.demo.certs import make_bundle
     except ImportError as exc:
         raise ConfigError(
             "txmq demo --secure needs the 'cryptography' package (pip install 'txmq[dev]')"

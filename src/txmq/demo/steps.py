@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import txmq
-from txmq.cli.admin_client import call, call_pages, cluster_call, members
+from txmq.client.admin import call, call_pages, cluster_call, members
 from txmq.demo.report import SparkResult
 from txmq.errors import NotFoundError, TxmqError
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq import limits
-from txmq.cli.admin_client import call
+from txmq.client.admin import call
 from txmq.demo import inventory_service, order_service
 from txmq.demo.report import Facts
 from txmq.demo.steps import (

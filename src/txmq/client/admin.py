@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from txmq import errors, limits
-from txmq.cli.security import current
+from txmq.client.security import current
 from txmq.errors import BrokerUnavailableError, RemoteProtocolError
 from txmq.protocol import channels
 from txmq.protocol.client_security import ClientSecurity, open_channel
@@ -46,7 +46,7 @@ def call(
 ) -> Any:
     """Call one admin method on the first of ``endpoints`` (``H:P1;H:P2``) that answers;
     returns the decoded result. ``security`` defaults to the running command's options
-    (cli/security.py): credentials sign the call, TLS wraps it. ``credentials`` (anything
+    (client/security.py): credentials sign the call, TLS wraps it. ``credentials`` (anything
     with ``access_key`` and ``secret_key``) replaces its keys. In a cluster any member answers
     for the cluster's topic definitions; per-broker state is asked of each (``cluster_call``).
 
