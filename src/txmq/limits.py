@@ -114,6 +114,11 @@ RECEIVE_BYTES_HELD_MAX: Final = 128 * MiB
 # instead of paying an executor round trip (two thread hand-offs); a group further behind may
 # read cold records from disk, which must not stall the loop, so its receives stay in a thread.
 RECEIVE_ON_LOOP_LAG_MAX: Final = 1024
+# A receipt handle (broker/receipt.py) is base64 of a fixed head, the group and topic names and
+# an HMAC tag: at most 2,090 characters with the name bounds above (4 UTF-8 bytes a character).
+# Longer text is refused before it is decoded; receipt.py checks at import that its longest
+# handle fits.
+RECEIPT_HANDLE_LENGTH_MAX: Final = 4 * KiB
 
 # --- Network. -------------------------------------------------------------------------------------
 GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from txmq import errors
-from txmq.broker.receipt import HANDLE_LENGTH_MAX, Receipt, ReceiptCodec
+from txmq import errors, limits
+from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import InvalidReceiptHandleError
 
 R = Receipt("group-é", "topic", 7, 123456789, 42)
@@ -17,9 +17,20 @@ def test_round_trip() -> None:
     codec = ReceiptCodec(b"s" * 32)
     text = codec.encode(R)
     assert codec.decode(text) == R
-    assert text.isascii() and len(text) <= HANDLE_LENGTH_MAX
+    assert text.isascii() and len(text) <= limits.RECEIPT_HANDLE_LENGTH_MAX
     long = Receipt("g" * 255, "t" * 127, 65535, 2**63, 2**63)
     assert codec.decode(codec.encode(long)) == long
+    # The longest handle: both names at their bounds in 4-byte UTF-8 characters.
+    widest = Receipt(
+        "\U0001d11e" * limits.GROUP_NAME_LENGTH_MAX,
+        "\U0001f600" * limits.TOPIC_NAME_LENGTH_MAX,
+        65535,
+        2**64 - 1,
+        2**64 - 1,
+    )
+    longest = codec.encode(widest)
+    assert len(longest) == 2090 and len(longest) <= limits.RECEIPT_HANDLE_LENGTH_MAX
+    assert codec.decode(longest) == widest
 
 
 def test_other_secret_forgery_and_garbage_are_refused(seed: int) -> None:
@@ -27,7 +38,7 @@ def test_other_secret_forgery_and_garbage_are_refused(seed: int) -> None:
     text = codec.encode(R)
     bad = [
         "",
-        "x" * (HANDLE_LENGTH_MAX + 1),
+        "x" * (limits.RECEIPT_HANDLE_LENGTH_MAX + 1),
         "not base64 !!",
         "AAAA",
         ReceiptCodec(b"t" * 32).encode(R),  # another broker run

@@ -35,11 +35,7 @@ _BOUND_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*_MAX$")
 _SLEEP_CALLS = {("time", "sleep"), ("asyncio", "sleep")}
 
 # (rule, path relative to the repository, name or "") -> why it is allowed for now.
-ALLOWED: dict[tuple[str, str, str], str] = {
-    # Derived from the handle's own struct layout in the same module (not a tunable): moving it
-    # would move the handle format into limits.py.
-    ("bound", "src/txmq/broker/receipt.py", "HANDLE_LENGTH_MAX"): "derived from _HEAD",
-}
+ALLOWED: dict[tuple[str, str, str], str] = {}
 
 
 def _rel(path: Path) -> str:

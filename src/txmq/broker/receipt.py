@@ -25,9 +25,10 @@ _TAG_BYTES = 16
 _HEAD = struct.Struct(">BHQQHH")
 # Group and topic names are bounded, so a handle is too; longer text is refused unread.
 # (UTF-8 takes at most 4 bytes a character; base64 turns 3 bytes into 4 characters.)
-HANDLE_LENGTH_MAX = 2 * (
+_LONGEST_BYTES = (
     _HEAD.size + 4 * (limits.GROUP_NAME_LENGTH_MAX + limits.TOPIC_NAME_LENGTH_MAX) + _TAG_BYTES
 )
+assert -(-4 * _LONGEST_BYTES // 3) <= limits.RECEIPT_HANDLE_LENGTH_MAX
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class ReceiptCodec:
         return base64.urlsafe_b64encode(raw + self._tag(raw)).decode().rstrip("=")
 
     def decode(self, text: str) -> Receipt:
-        if not text or len(text) > HANDLE_LENGTH_MAX:
+        if not text or len(text) > limits.RECEIPT_HANDLE_LENGTH_MAX:
             raise InvalidReceiptHandleError("receipt handle is empty or too long")
         try:
             blob = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
