@@ -3,6 +3,7 @@ decode, every single-byte corruption is detected, input validation refuses bad d
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -169,3 +170,15 @@ def test_named_offsets_match_the_documented_layout() -> None:
     assert int.from_bytes(rec[codec.PHYSICAL_OFFSET_AT : codec.PHYSICAL_OFFSET_AT + 8]) == 99
     assert int.from_bytes(rec[codec.BORN_TIMESTAMP_AT : codec.BORN_TIMESTAMP_AT + 8]) == 123
     assert int.from_bytes(rec[codec.STORE_TIMESTAMP_AT : codec.STORE_TIMESTAMP_AT + 8]) == 456
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=4))
+def test_properties_block_is_the_compact_json_the_format_documents(props: dict[str, str]) -> None:
+    """The on-disk properties block stays byte for byte ``json.dumps(..., separators=(",",
+    ":"))`` (ASCII, escapes), whatever the encoder does to be fast."""
+    d = RecordDraft(topic="t", queue_id=0, body=b"", properties=props)
+    data = placed(d)
+    at = codec.FIXED_END + sum(2 + len(s) for s in (b"t", b"", b"", b"", b""))
+    want = json.dumps(props, separators=(",", ":")).encode()
+    assert data[at : at + 4 + len(want)] == len(want).to_bytes(4, "big") + want

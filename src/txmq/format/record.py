@@ -93,6 +93,9 @@ _I64 = struct.Struct(">q")
 # Smallest well-formed record: fixed header + five empty u16 strings + two empty u32 blocks.
 RECORD_SIZE_MIN: Final = FIXED_END + STRING_FIELDS * 2 + 2 * 4
 _FLAGS: Final = tuple(TxnFlag)
+# The properties block's JSON, made once: ``json.dumps`` with non-default separators builds a new
+# JSONEncoder per call (~1.6 us of its ~3.6 us per record, issue 17); the bytes are the same.
+_PROPS_JSON: Final = json.JSONEncoder(separators=(",", ":"))
 
 
 class Entry(NamedTuple):
@@ -158,7 +161,7 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
         # Only a str built in Python can hold a lone surrogate (protobuf strings cannot), but
         # the store is a library too: refuse it as input, never as a crash.
         raise BadRequestError(f"a text field is not encodable as UTF-8: {exc}") from exc
-    props = json.dumps(dict(draft.properties), separators=(",", ":")).encode()
+    props = _PROPS_JSON.encode(dict(draft.properties)).encode()
     if len(props) > limits.PROPERTIES_SIZE_MAX:
         raise MessagePropertiesTooLargeError(len(props), limits.PROPERTIES_SIZE_MAX)
     parts = [
