@@ -146,6 +146,14 @@ def test_a_follower_refuses_writes_and_routes_to_the_leader(group) -> None:  # t
         refused = sg.MessagingServiceStub(ch).SendMessage(req, timeout=2)
     assert refused.status.code == pb.HA_NOT_AVAILABLE
     assert f"the leader is {status(leader.endpoints)['name']}" in refused.status.message
+    receive = sv.ReceiveMessageRequest(
+        group=pb.Resource(name="g"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="t")),
+        batch_size=1,
+    )
+    with grpc.insecure_channel(follower.endpoints) as ch:
+        first = next(iter(sg.MessagingServiceStub(ch).ReceiveMessage(receive, timeout=2)))
+    assert first.status.code == pb.HA_NOT_AVAILABLE
 
 
 def _send_raw(endpoint: str, topic: str, body: bytes, mid: str) -> tuple[int, str]:

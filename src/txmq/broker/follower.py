@@ -17,7 +17,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +246,18 @@ class FollowerServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         return sv.EndTransactionResponse(status=fail(self._refusal()))
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield sv.ReceiveMessageResponse(status=fail(self._refusal()))
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        return sv.AckMessageResponse(status=fail(self._refusal()))
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        return sv.ChangeInvisibleDurationResponse(status=fail(self._refusal()))
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        return sv.HeartbeatResponse(status=mapping.status())  # alive; its routes name the leader
 
 
 class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
