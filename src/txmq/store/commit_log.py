@@ -9,10 +9,9 @@ writer lock) or decide what a bad record means (recovery.py does).
 Theory of operation: ``reserve(size)`` returns where the next ``size`` bytes go, rolling to a
 new segment when they would not fit; before rolling, the full segment is fdatasync'ed, so the
 group-commit flusher only ever has to sync the active segment. ``write`` puts the bytes there
-with one pwrite, or with ``stage`` (SYNC mode, reserved space) stages them: the flusher takes
-them under the writer lock (``take_staged``) and pwrites them before its fdatasync, so the event
-loop never gives up the GIL to write (issue 17); visible only once synced, like any record. A
-roll writes what is staged first (after the flusher's write-out), then syncs the whole segment.
+with one pwrite, or with ``stage`` (SYNC, reserved space) stages them for the flusher, which
+pwrites a group's at once before its fdatasync (``take_staged``): the event loop never gives up
+the GIL to write (issue 17). A roll writes what is staged before syncing the full segment.
 
 Full disk (ADR 0003): every byte the log writes, and the 12-byte blank header that may follow
 it, lies in space reserved beforehand (``FileHandle.allocate``, fallocate KEEP_SIZE, up to
@@ -87,8 +86,7 @@ class CommitLog:
         self.segments: list[Segment] = []
         self._starts: list[int] = []
         self._segments_lock = threading.Lock()
-        # Writes staged for the flusher: (segment, position, bytes), in log order, all in the
-        # active segment and inside its reservation. Guarded by the store's writer lock.
+        # Writes staged for the flusher, (segment, position, bytes); under the writer lock.
         self._staged: list[tuple[Segment, int, bytes]] = []
         # Held from ``take_staged`` until the flusher's pwrites are done: a roll waits on it.
         self._writeout_lock = threading.Lock()
@@ -228,16 +226,14 @@ class CommitLog:
         are only staged for the flusher (``take_staged``; SYNC mode: visible once synced).
 
         Raises:
-            DiskFullError: the disk was full after all (no reservation possible); nothing was
-                written.
+            DiskFullError: the disk was full after all (no reservation); nothing was written.
             OSError: the write failed otherwise (the caller fences).
         """
         seg = self.segments[-1]
         invariant(offset == seg.start + seg.used, "writes must be contiguous")
         invariant(seg.used + len(data) + codec.HEAD_SIZE <= self.segment_size, "past segment end")
         if stage and seg.used + len(data) <= seg.reserved:
-            # Reserved blocks: the pwrite cannot meet a full disk (ADR 0003), so deferring it
-            # to the flusher loses no DiskFullError refusal.
+            # Reserved: the pwrite cannot meet a full disk (ADR 0003), no refusal is lost.
             self._staged.append((seg, seg.used, data))
         else:
             self._put(seg, data)
@@ -245,29 +241,33 @@ class CommitLog:
 
     def take_staged(self) -> Callable[[], None]:
         """Under the writer lock: take the staged writes; returns the function that pwrites
-        them (call it exactly once, outside the lock, before syncing; it raises the OSError of
-        a failed write, and the caller fences). Until it returns, a roll waits."""
+        them (once, outside the lock, before the sync; a failed write raises, the caller fences).
+        Until it returns, a roll waits."""
         self._writeout_lock.acquire()
         staged, self._staged = self._staged, []
-        active = self.segments[-1]
-        invariant(all(seg is active for seg, _, _ in staged), "staged bytes outside the active")
 
         def write_out() -> None:
             try:
-                for seg, pos, data in staged:
-                    seg.handle.pwrite(data, pos)
+                self._pwrite_staged(staged)
             finally:
                 self._writeout_lock.release()
 
         return write_out
 
     def _drain_staged(self) -> None:
-        """Under the writer lock, before a roll syncs the segment: write what is staged (after
-        any write-out the flusher has under way)."""
+        """Under the writer lock, before a roll's sync: write what is staged (after the flusher)."""
         with self._writeout_lock:
             staged, self._staged = self._staged, []
-            for seg, pos, data in staged:
-                seg.handle.pwrite(data, pos)
+            self._pwrite_staged(staged)
+
+    def _pwrite_staged(self, staged: list[tuple[Segment, int, bytes]]) -> None:
+        """One pwrite for a whole group: staged writes are contiguous in the active segment."""
+        if staged:
+            (seg, pos, _), (_, last, tail) = staged[0], staged[-1]
+            data = staged[0][2] if len(staged) == 1 else b"".join(d for _, _, d in staged)
+            invariant(seg is self.segments[-1], "staged bytes outside the active segment")
+            invariant(last + len(tail) == pos + len(data), "staged writes are not contiguous")
+            seg.handle.pwrite(data, pos)
 
     def seal(self, seg: Segment) -> None:
         """Recovery found ``seg``'s blank: it is full, the next write rolls."""
