@@ -69,10 +69,16 @@ class Replication:
         self.leadership = leadership
         self.min_insync = min_insync
         self.insync = InSync([], now_ms=leadership.clock())
-        # With SYNC replication readers see a record only once min_insync replicas have it.
-        self.hold = Hold(store) if min_insync > 1 else None
         self._appended = asyncio.Event()  # a write happened: wake fetchers at the end
         self._progress = asyncio.Event()  # a follower fetched further: wake waiting acks
+        # With SYNC replication readers see a record only once min_insync replicas have it;
+        # a held batch wakes the followers' long polls at once (from the flusher thread).
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self._appended.set)
+
+        self.hold = Hold(store, wake) if min_insync > 1 else None
 
     def _check_leading(self) -> None:
         if not self.leadership.leads():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from txmq import limits
@@ -194,7 +194,8 @@ class Hold:
     publishes, in log order, every held record that ends at or below ``up_to``.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_held: Callable[[], None] | None = None) -> None:
+        self._on_held = on_held  # told (on the flusher thread) when a durable batch arrives
         self._lock = threading.Lock()
         self._held: list[tuple[list[codec.Entry], int]] = []  # (entries, end) in log order
         self._publish = store._group.replace_publish(self._keep)
@@ -202,6 +203,8 @@ class Hold:
     def _keep(self, entries: Sequence[codec.Entry], end: int) -> None:
         with self._lock:
             self._held.append((list(entries), end))
+        if self._on_held is not None:
+            self._on_held()
 
     def release(self, up_to: int) -> None:
         """Publish every held record ending at or below ``up_to``. Blocking (queue writes)."""
