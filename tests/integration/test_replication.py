@@ -188,8 +188,10 @@ def test_a_paused_leader_never_acknowledges_after_a_new_leader_is_chosen(group) 
     # It goes back to following the new leader (its divergent tail dropped), routes to it, and
     # the new leader has its second in-sync replica again.
     wait_until(lambda: status(leader.endpoints).get("role") == "follower", 20, "old leader follows")
-    # What it derived while leading is gone: its log is now the new leader's.
-    for name in ("txn-snapshot.json", "consumer-positions.json", "delay.json"):
+    # What it derived while leading is gone: its log is now the new leader's. (Consumer
+    # positions are not checked here: a follower receives the new leader's positions about once
+    # a second, so consumer-positions.json may already hold that copy.)
+    for name in ("txn-snapshot.json", "delay.json"):
         assert not (leader.data_dir / name).exists(), name
     assert "dropping" in leader.log_tail(200)
     wait_until(lambda: route(leader.endpoints, "paused") == [follower.port], 10, "route")
