@@ -339,7 +339,7 @@ REFUSAL_LOG_LINES_PER_SECOND_MAX: Final = 10
 assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
 assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
 assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX
-# --- Clusters (several brokers behind one route; docs/adr/0018-cluster-topic-definitions.md). ---
+# --- Clusters (several brokers behind one route; docs/adr/0004-cluster-topic-definitions.md). ---
 # Brokers in one cluster file: each member is probed and reconciled by every other one, so the
 # cost grows with the square of this; 64 covers one broker per core of a large machine.
 CLUSTER_MEMBERS_MAX: Final = 64
@@ -382,7 +382,7 @@ SINK_BUSY_BACKOFF_S_MIN: Final = 0.05
 SINK_BUSY_BACKOFF_S_MAX: Final = 5.0
 # Bundles a sink task fills at once (one per topic its rows go to); more topics flush them all.
 SINK_OPEN_BUNDLES_MAX: Final = 16
-# --- Replication (replica groups led through etcd; docs/adr/0019-replication-leadership.md). --
+# --- Replication (replica groups led through etcd; docs/adr/0005-replication-leadership.md). --
 # Replicas in one group: each follower fetches from the leader, so the leader's read load grows
 # with this; 5 survives two losses with a majority left, which is what operators run.
 REPLICAS_MAX: Final = 5

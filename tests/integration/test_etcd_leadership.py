@@ -1,4 +1,4 @@
-"""Leader election and fencing of a replica group against a real etcd (ADR 0019)."""
+"""Leader election and fencing of a replica group against a real etcd (ADR 0005)."""
 
 from __future__ import annotations
 

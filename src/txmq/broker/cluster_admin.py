@@ -4,7 +4,7 @@ Owns: ClusterInfo (the cluster's name, this member, every member with its livene
 member sees it), TopicDefinitions (what peers import, also their probe) and BrokerStatus (this
 member's disk and queues, for ``txmq cluster status``), and the forwarding halves of TopicCreate
 and TopicDelete (what a peer does with a create or delete another member forwarded).
-Must not: decide the agreement rule (membership.py; docs/adr/0018-cluster-topic-definitions.md).
+Must not: decide the agreement rule (membership.py; docs/adr/0004-cluster-topic-definitions.md).
 """
 
 from __future__ import annotations

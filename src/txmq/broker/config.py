@@ -58,7 +58,7 @@ class BrokerConfig:
     # member's calls to its peers, and the CA that signed the peers' TLS certificates.
     cluster_access_key: str = ""
     cluster_ca_file: Path | None = None
-    # Replication (docs/adr/0019-replication-leadership.md): with an etcd endpoint this broker
+    # Replication (docs/adr/0005-replication-leadership.md): with an etcd endpoint this broker
     # is one replica of the group replica_group (default: its broker name), led through etcd;
     # a write is acknowledged once min_insync_replicas replicas (the leader included) have it.
     etcd: str = ""

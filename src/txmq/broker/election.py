@@ -3,7 +3,7 @@
 Owns: what a replica should do next about leadership (``Election.next_step``) given what etcd
 answered (``granted``, ``kept_alive``, ``observed``) and the time, all passed in; whether this
 replica may acknowledge a write right now (``may_acknowledge``); the in-sync set of a group and
-the offset the group has durable (``InSync``). The rules are ADR 0019's.
+the offset the group has durable (``InSync``). The rules are ADR 0005's.
 Must not: do I/O, read a clock or know etcd's wire format (etcd.py and leadership.py do).
 
 Fencing rests on one inequality. A lease granted or renewed by a request *sent* at local time
@@ -71,7 +71,7 @@ class Election:
 
     def next_step(self, now_ms: int, *, eligible: bool = True) -> Step:
         """The step due now; ``eligible`` False keeps a replica that was not in sync with the
-        last leader from campaigning (no unclean election, ADR 0019)."""
+        last leader from campaigning (no unclean election, ADR 0005)."""
         if self.lease_id is not None and now_ms >= self.lease_deadline_ms:
             self._lapse()
         if self.leads(now_ms):
@@ -142,7 +142,7 @@ class Follower:
 
 
 class InSync:
-    """The leader's in-sync set (ADR 0019): the leader, and each follower whose fetch reached
+    """The leader's in-sync set (ADR 0005): the leader, and each follower whose fetch reached
     the leader's log end within the last ``lag_max_ms``. A follower's fetch from offset ``o``
     says it holds every byte below ``o`` durable, so the group holds durable every byte below
     the ``min_insync``-th highest such offset (the leader counting with its own durable end)."""

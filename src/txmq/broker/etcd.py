@@ -1,4 +1,4 @@
-"""A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1, stdlib only; ADR 0019).
+"""A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1, stdlib only; ADR 0005).
 
 Owns: the five calls replica leadership needs (lease grant, keepalive and revoke; a
 compare-and-put of a key that must not exist; a read of one key) and their wire format

@@ -107,7 +107,7 @@ class Follower:
         self.last = tail_of(self.store)
         self.leader_end = 0
         # In sync as of our last contact with the leader: caught up to its end within
-        # REPLICA_LAG_MAX_MS before our last successful fetch (ADR 0019). A fresh process is.
+        # REPLICA_LAG_MAX_MS before our last successful fetch (ADR 0005). A fresh process is.
         self.fetched_ms = 0
         self.caught_up_ms = 0
         self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS

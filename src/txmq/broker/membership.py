@@ -5,7 +5,7 @@ Owns: the member list (from the cluster file, or this broker alone), liveness fr
 probes, forwarding an operator's topic create and delete to every peer, importing the topic
 definitions a peer has and this broker lacks, and the tombstones that keep a deleted topic from
 coming back. The rule, and why there is no consensus protocol:
-docs/adr/0018-cluster-topic-definitions.md.
+docs/adr/0004-cluster-topic-definitions.md.
 Must not: route messages (every member serves only its own queues; the clients go to the
 owning broker themselves) or touch the store.
 

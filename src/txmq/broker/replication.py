@@ -4,7 +4,7 @@ Owns: ``txmq.replica.v1.Replica`` (``Fetch``: a follower's long poll for the com
 its end offset; ``Status``: this replica's role, leader, epoch, end, in-sync set and lags),
 and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
-that many in-sync replicas (ADR 0019).
+that many in-sync replicas (ADR 0005).
 Must not: elect (leadership.py) or append shipped records (follower.py).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
@@ -90,7 +90,7 @@ class Replication:
         """Return once every write made so far may be acknowledged; raise otherwise.
 
         Raises:
-            NotLeaderError: this replica does not lead (by its own clock, ADR 0019).
+            NotLeaderError: this replica does not lead (by its own clock, ADR 0005).
             ReplicationTimeoutError: fewer than min_insync replicas had it in time.
         """
         self._check_leading()
