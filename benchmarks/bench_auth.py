@@ -40,6 +40,7 @@ from rocketmq.v5.util.signature import Signature
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
+from bench_broker import start
 from peers._base import tree_cpu_seconds
 
 ROOT = Path(__file__).parents[1]
@@ -84,18 +85,9 @@ def in_process(calls: int) -> tuple[float, float]:
 
 
 def start_broker(data: Path, extra: list[str]) -> tuple[subprocess.Popen[str], str]:
-    # It sends to topics it never creates: auto-creation on (off by default).
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TXMQ_AUTO_CREATE_TOPICS="true")
+    """A broker on a free port with ``extra`` options (bench_broker.start: auto-creation on)."""
     cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data), "--port", "0", *extra]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"broker did not start: {extra} -> {line!r}")
-    return proc, line.strip().rsplit(" ", 1)[1]
+    return start(cmd)
 
 
 def send_request(i: int) -> Any:
