@@ -98,7 +98,8 @@ def test_consume_queue_writes_across_files_and_truncates(tmp_path: Path) -> None
     ]
     with pytest.raises(CorruptRecordError):
         cq.append(41, 5000, 50, "")
-    cq.sync()
+    assert [base for base, _ in cq.take_dirty()] == [0, 16, 32]
+    assert cq.take_dirty() == [], "taking the dirty files forgets them"
     cq.truncate_to(20)
     assert cq.max_offset == 20 and sorted(cq.files) == [0, 16]
     cq.drop_before(17)
@@ -133,7 +134,7 @@ def test_index_chains_newest_first_and_truncate(tmp_path: Path) -> None:
     assert idx.entries == 10
     idx.truncate_to(6)  # keeps the first three records' entries
     assert idx.candidates(k) == [200, 100, 0] and idx.candidates(id_hash("m300")) == []
-    idx.sync()
+    assert idx.take_dirty() is idx.handle and idx.take_dirty() is None
     idx.close()
     idx = MessageIndex(tmp_path, OsDisk())
     assert idx.candidates(k) == [200, 100, 0]

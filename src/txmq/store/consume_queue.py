@@ -165,12 +165,19 @@ class ConsumeQueue:
                 self.disk.remove(self.directory / segment_name(base))
                 self._dirty.discard(base)
 
-    def sync(self) -> None:
-        for base in sorted(self._dirty):
-            handle = self.files.get(base)
-            if handle is not None:
-                handle.sync()
+    def take_dirty(self) -> list[tuple[int, FileHandle]]:
+        """(base, handle) of each file written since the last call, and forget them: the caller
+        fsyncs them (after letting go of the dispatcher's lock)."""
+        out = [(base, self.files[base]) for base in sorted(self._dirty) if base in self.files]
         self._dirty.clear()
+        return out
+
+    def locate(self, queue_offset: int) -> tuple[FileHandle, int] | None:
+        """(file, position) of a written entry, for a read outside the dispatcher's lock; None
+        when ``queue_offset`` is outside what the queue holds written."""
+        if not self.min_offset <= queue_offset < self._buf_at:
+            return None
+        return self._file(queue_offset)
 
     def close(self) -> None:
         for handle in self.files.values():

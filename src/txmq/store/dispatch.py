@@ -13,18 +13,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 from txmq.errors import CorruptRecordError, is_disk_full
 from txmq.format.record import Entry, enters_queue
 from txmq.store.checkpoint import Checkpoint
+from txmq.store.consume_queue import ENTRY as CQ_ENTRY
 from txmq.store.consume_queue import ConsumeQueue
-from txmq.store.disk import Disk
+from txmq.store.disk import Disk, FileHandle
 from txmq.store.index import ENTRY, MessageIndex, hashes_of
 
 CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
 
 log = logging.getLogger(__name__)
+
+
+def _holds(files: dict[int, FileHandle], base: int, handle: FileHandle) -> bool:
+    """Is ``handle`` still the queue's file at ``base``?"""
+    return files.get(base) is handle
 
 
 class Dispatcher:
@@ -97,11 +104,37 @@ class Dispatcher:
             return Checkpoint(self.end, self.index.entries, queues)
 
     def sync(self) -> None:
-        """fsync every queue file and the index that changed since the last sync."""
+        """fsync every queue file and the index that changed since the last sync.
+
+        The files are picked under ``lock`` and synced after letting go of it, so publish (the
+        flusher) and readers do not wait out the fsyncs. Everything written before this call
+        is durable when it returns, which is all a checkpoint taken before it promises
+        (``snapshot``); a write racing the fsync marks its file dirty again for the next sync.
+        A file retired meanwhile (retention, an index rebuild or compaction) is skipped: its
+        entries are expired, or its replacement was synced before it took its place.
+
+        Raises:
+            OSError: an fsync of a live file failed (fatal: ADR 0001).
+        """
         with self.lock:
+            todo: list[tuple[FileHandle, Callable[[], bool]]] = []
             for cq in self.queues.values():
-                cq.sync()
-            self.index.sync()
+                for base, handle in cq.take_dirty():
+                    todo.append((handle, partial(_holds, cq.files, base, handle)))
+            index_file = self.index.take_dirty()
+            if index_file is not None:
+                todo.append((index_file, partial(self._index_is, index_file)))
+        for handle, live in todo:
+            try:
+                handle.sync()
+            except OSError:
+                with self.lock:
+                    if live():
+                        raise
+                log.debug("fsync skipped: the file was retired while it ran")
+
+    def _index_is(self, handle: FileHandle) -> bool:
+        return self.index.handle is handle
 
     def truncate_to(self, checkpoint: Checkpoint) -> None:
         """Recovery: drop queue and index entries the checkpoint does not vouch for.
@@ -143,6 +176,27 @@ class Dispatcher:
         with self.lock:
             at = max(start, cq.min_offset)
             return at, cq.entries(at, count)
+
+    def read_entry(self, cq: ConsumeQueue, queue_offset: int) -> CqEntry | None:
+        """The queue's written entry at ``queue_offset``, found under ``lock`` and read after
+        letting go of it; None when the offset is outside what the queue holds, or retention
+        retired its file meanwhile."""
+        with self.lock:
+            where = cq.locate(queue_offset)
+        if where is None:
+            return None
+        handle, pos = where
+        try:
+            data = handle.pread(CQ_ENTRY.size, pos)
+        except OSError:
+            with self.lock:
+                if _holds(cq.files, queue_offset - queue_offset % cq.per_file, handle):
+                    raise
+            return None
+        if len(data) != CQ_ENTRY.size:
+            return None
+        phys, size, tag = CQ_ENTRY.unpack(data)
+        return phys, size, tag
 
     def written_entry(self, topic: str, queue_id: int, queue_offset: int) -> CqEntry | bool:
         """The queue's written entry at ``queue_offset``; True when the offset is outside what

@@ -28,7 +28,7 @@ import crc32c
 
 from txmq import limits
 from txmq.errors import CorruptRecordError, invariant
-from txmq.store.disk import Disk
+from txmq.store.disk import Disk, FileHandle
 
 ENTRY = struct.Struct(">QQ")
 # Compaction at open rewrites the file only when at least this many entries are dead.
@@ -178,10 +178,10 @@ class MessageIndex:
             self._remember(h, phys)
         return True
 
-    def sync(self) -> None:
-        if self._dirty:
-            self.handle.sync()
-            self._dirty = False
+    def take_dirty(self) -> FileHandle | None:
+        """The file, if written since the last call (and forget that): the caller fsyncs it."""
+        dirty, self._dirty = self._dirty, False
+        return self.handle if dirty else None
 
     def close(self) -> None:
         self.handle.close()

@@ -248,8 +248,8 @@ class Reader:
             return 0
         while lo < hi:
             mid = (lo + hi) // 2
-            _at, got = self._entries(cq, mid, 1)
-            rec = self.checked(topic, queue_id, mid, got[0]) if got else None
+            got = self.dispatcher.read_entry(cq, mid)
+            rec = self.checked(topic, queue_id, mid, got) if got else None
             if rec is None or rec.store_timestamp_ms < timestamp_ms:
                 lo = mid + 1
             else:
