@@ -47,6 +47,11 @@ SEGMENT_SIZE_MAX: Final = 4 * GiB
 # write can meet a full disk half-way (ADR 0003): one reservation per 16 MiB written, and a new
 # store on a small test disk does not claim a whole 1 GiB segment at once.
 SEGMENT_RESERVE_AHEAD_BYTES: Final = 16 * MiB
+# Derived data is reserved the same way, at append time, before the log write (ADR 0003): each
+# consume queue this many entries ahead (20 KiB; a broker with 800 queues claims 16 MiB), the
+# message index this many bytes ahead (16 Ki entries). A derived write then never meets ENOSPC.
+CONSUME_QUEUE_RESERVE_AHEAD_ENTRIES: Final = 1024
+INDEX_RESERVE_AHEAD_BYTES: Final = 256 * KiB
 # Space the store keeps reserved for derived data, the checkpoint and the broker's state files,
 # given back when the disk fills (store/ballast.py): enough for a clean stop and a restart.
 STORE_RESERVE_BYTES: Final = 8 * MiB

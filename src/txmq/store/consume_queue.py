@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from txmq import limits
 from txmq.errors import CorruptRecordError, invariant
+from txmq.store import space
 from txmq.store.disk import Disk, FileHandle
 from txmq.store.segment import is_segment_name, segment_name
 
@@ -51,6 +53,8 @@ class ConsumeQueue:
             # A torn trailing entry (size not a multiple of 20) is dropped here.
             self.max_offset = last + min(self.files[last].size() // ENTRY.size, self.per_file)
         self._buf_at = self.max_offset
+        # Queue offset below which entry space is reserved on disk (``reserve_to``).
+        self._reserved_to = self.max_offset
 
     def _file(self, offset: int) -> tuple[FileHandle, int]:
         base = offset - offset % self.per_file
@@ -64,7 +68,30 @@ class ConsumeQueue:
         """Let an empty queue begin at ``queue_offset`` (its older records were deleted by
         retention before a rebuild). Slots below it in the first file stay zero."""
         invariant(self.min_offset == self.max_offset == self._buf_at, "queue is not empty")
-        self.min_offset = self.max_offset = self._buf_at = queue_offset
+        self.min_offset = self.max_offset = self._buf_at = self._reserved_to = queue_offset
+
+    def reserve_to(self, end: int, before_growth: Callable[[int], None]) -> None:
+        """Reserve disk space for entries below queue offset ``end`` (and up to
+        CONSUME_QUEUE_RESERVE_AHEAD_ENTRIES beyond, within the file), before the log write whose
+        records they are: their write then cannot meet a full disk (ADR 0003).
+
+        Raises:
+            DiskFullError: no room for them (or it would pass the watermark); nothing changed.
+        """
+        while self._reserved_to < end:  # one step per entry file: bounded by the batch
+            at = self._reserved_to
+            file_end = at - at % self.per_file + self.per_file
+            need = min(end, file_end)
+            ahead = min(file_end, max(need, at + limits.CONSUME_QUEUE_RESERVE_AHEAD_ENTRIES))
+            handle, pos = self._file(at)
+            got = space.reserve(
+                handle,
+                pos,
+                pos + (need - at) * ENTRY.size,
+                pos + (ahead - at) * ENTRY.size,
+                before_growth,
+            )
+            self._reserved_to = at + (got - pos) // ENTRY.size
 
     def append(self, queue_offset: int, physical_offset: int, size: int, tag: str) -> None:
         """Buffer one entry; ``write_out`` writes the buffer. Entries must be contiguous.
@@ -151,7 +178,8 @@ class ConsumeQueue:
         if handle is not None:
             handle.truncate((queue_offset - keep_base) * ENTRY.size)
             self._dirty.add(keep_base)
-        self.max_offset = self._buf_at = queue_offset
+        # Truncating drops the blocks reserved past the new size (Linux).
+        self.max_offset = self._buf_at = self._reserved_to = queue_offset
         self.min_offset = min(self.min_offset, queue_offset)
 
     def drop_before(self, queue_offset: int) -> None:

@@ -48,6 +48,9 @@ class Dispatcher:
         # Called when a write of derived data meets a full disk; True if it freed space (the
         # store's reserve, store/ballast.py), and then the write is retried once.
         self.on_disk_full: Callable[[], bool] = lambda: False
+        # Called with the bytes a derived reservation is about to add to the disk; raises
+        # DiskFullError to refuse (the store's write watermark).
+        self.before_growth: Callable[[int], None] = lambda nbytes: None
         # Recovery after retention may rebuild a queue whose first records are gone.
         self.allow_late_start = False
         disk.makedirs(self.root)
@@ -91,6 +94,20 @@ class Dispatcher:
                     raise
                 self._write_out(touched.values())  # write_out keeps what it could not write
             self.end = max(self.end, end)
+
+    def reserve(self, queue_ends: dict[tuple[str, int], int], index_entries: int) -> None:
+        """Reserve disk space for the derived data of a log write about to happen: entries
+        below ``queue_ends[(topic, queue id)]`` and ``index_entries`` more index entries
+        (ADR 0003). Derived writes into that space cannot meet a full disk, so a full disk
+        refuses the append here instead of failing a dispatch later.
+
+        Raises:
+            DiskFullError: no room (or past the watermark); the caller writes nothing.
+        """
+        with self.lock:
+            for (topic, queue_id), end in queue_ends.items():
+                self.queue(topic, queue_id).reserve_to(end, self.before_growth)
+            self.index.reserve(index_entries, self.before_growth)
 
     def _write_out(self, queues: Iterable[ConsumeQueue]) -> None:
         for cq in queues:

@@ -21,13 +21,14 @@ import bisect
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import crc32c
 
 from txmq import limits
 from txmq.errors import CorruptRecordError, invariant
+from txmq.store import space
 from txmq.store.disk import Disk, FileHandle
 
 ENTRY = struct.Struct(">QQ")
@@ -73,6 +74,10 @@ class MessageIndex:
         for h, phys in ENTRY.iter_unpack(data):
             self._remember(h, phys)
         self._dirty = False
+        # Entries that appends have reserved space for (written, buffered or in flight), and
+        # the file bytes reserved on disk for them (``reserve``).
+        self._promised = self.entries
+        self._reserved = self.size
 
     @property
     def entries(self) -> int:
@@ -89,6 +94,20 @@ class MessageIndex:
         for h in hashes:
             self._buf += ENTRY.pack(h, phys)
             self._remember(h, phys)
+
+    def reserve(self, entries: int, before_growth: Callable[[int], None]) -> None:
+        """Reserve disk space for ``entries`` more entries (and INDEX_RESERVE_AHEAD_BYTES
+        beyond), before the log write whose records they index (ADR 0003).
+
+        Raises:
+            DiskFullError: no room for them (or it would pass the watermark); nothing changed.
+        """
+        promised = max(self._promised, self.entries + len(self._buf) // ENTRY.size) + entries
+        need = promised * ENTRY.size
+        if need > self._reserved:
+            ahead = need + limits.INDEX_RESERVE_AHEAD_BYTES
+            self._reserved = space.reserve(self.handle, self._reserved, need, ahead, before_growth)
+        self._promised = promised
 
     def write_out(self) -> None:
         if self._buf:
@@ -137,6 +156,7 @@ class MessageIndex:
             return
         self.size = entries * ENTRY.size
         self.handle.truncate(self.size)
+        self._promised, self._reserved = entries, self.size  # truncating drops reservations
         self._dirty = True
         del self._prev[entries:]
         del self._phys[entries:]
@@ -172,6 +192,7 @@ class MessageIndex:
         disk.rename(tmp, self.path)
         self.handle = disk.open(self.path)
         self.size = len(data)
+        self._promised, self._reserved = max(0, self._promised - dead), self.size
         self._heads.clear()
         self._prev, self._phys = array("q"), array("q")
         for h, phys in ENTRY.iter_unpack(data):

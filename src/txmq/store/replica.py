@@ -143,6 +143,8 @@ def _write_batch(store: Store, chunk: bytes, batch: list[codec.Entry]) -> None:
             f"a shipped batch would land at {at}: the follower's log or segment size differs"
             " from its leader's",
         )
+    ends = {(e.topic, e.queue_id): e.queue_offset + 1 for e in batch if codec.enters_queue(e.flag)}
+    store._dispatcher.reserve(ends, sum(len(e.keys) + 1 for e in batch))  # as the leader did
     try:
         store.log.write(at, chunk)
     except OSError as exc:

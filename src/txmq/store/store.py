@@ -124,6 +124,7 @@ class Store:
             after_flush=self._after_flush,
         )
         self._dispatcher.on_disk_full = self._ballast.release
+        self._dispatcher.before_growth = self._check_growth
         self._checkpoint_if_room()
         cpfile.mark_open(disk, data_dir)
         self._ballast.take()
@@ -210,14 +211,12 @@ class Store:
             raise DiskFullError.above_watermark(self._disk_used, self.config.disk_watermark)
 
     def _check_growth(self, nbytes: int) -> None:
-        """Refuse a log reservation of ``nbytes`` that would take usage past the watermark:
-        the log grows only through reservations, so it never overshoots (ADR 0003)."""
+        """Refuse a reservation (log or derived data) that would pass the watermark (ADR 0003)."""
         total, free = self.disk.space(self.data_dir)
-        if total and total - free + nbytes > self.config.disk_watermark * total:
+        after = (total - free + nbytes) / total if total else 0.0
+        if after > self.config.disk_watermark:
             self._disk_used = (total - free) / total
-            raise DiskFullError.above_watermark(
-                (total - free + nbytes) / total, self.config.disk_watermark
-            )
+            raise DiskFullError.above_watermark(after, self.config.disk_watermark)
 
     def _write_locked(
         self, drafts: Sequence[RecordDraft], now: int
@@ -238,8 +237,9 @@ class Store:
         total = sum(len(b) for b in bufs)
         if total + codec.HEAD_SIZE > self.config.segment_size_bytes:
             raise BadRequestError(f"a batch of {total} bytes does not fit one log segment")
-        try:
+        try:  # the log's space, then its derived data's: a full disk refuses here
             phys = self.log.reserve(total)
+            self._dispatcher.reserve(assigned, sum(len(d.keys) + 1 for d in drafts))
         except DiskFullError:
             raise  # nothing was written: refused, not fenced
         except OSError as exc:
