@@ -281,18 +281,39 @@ class DiskFullError(StoreError):
     code = CODE_MASTER_PERSISTENCE_TIMEOUT
     retriable = True
 
-    def __init__(self, reason: str, *, used_ratio: float = 1.0, watermark: float = 1.0) -> None:
-        super().__init__(f"disk full, writes refused: {reason}")
+    # Which limit refused, named in the message (both share the wire code: RocketMQ's Code
+    # enum has no status for either): the disk itself is out of space (ENOSPC, EDQUOT), or
+    # usage would pass the store's ``disk_watermark`` while the disk still has room.
+    OUT_OF_SPACE = "out of space"
+    WATERMARK = "past the write watermark"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        used_ratio: float = 1.0,
+        watermark: float = 1.0,
+        kind: str = OUT_OF_SPACE,
+    ) -> None:
+        super().__init__(f"disk full ({kind}), writes refused: {reason}")
         self.reason = reason
         self.used_ratio = used_ratio
         self.watermark = watermark
+        self.kind = kind
 
     @classmethod
-    def above_watermark(cls, used_ratio: float, watermark: float) -> DiskFullError:
+    def above_watermark(
+        cls, used_ratio: float, watermark: float, room: bool = True
+    ) -> DiskFullError:
+        """Usage would reach ``used_ratio``; ``room`` False: past the disk's free space too,
+        so it is reported as out of space (with a 100% watermark, only that can happen)."""
         return cls(
-            f"disk usage {used_ratio:.1%} would pass the write watermark {watermark:.0%}",
+            f"disk usage {used_ratio:.1%} would pass the write watermark {watermark:.0%}"
+            if room
+            else f"the write needs more than the disk's free space (usage {used_ratio:.1%})",
             used_ratio=used_ratio,
             watermark=watermark,
+            kind=cls.WATERMARK if room else cls.OUT_OF_SPACE,
         )
 
 

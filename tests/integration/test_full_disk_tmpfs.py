@@ -90,7 +90,7 @@ def test_full_disk_refuses_stops_cleanly_restarts_and_loses_nothing(tmpfs: Path)
         assert all(st.code == errors.CODE_MASTER_PERSISTENCE_TIMEOUT for st in refusals)
         assert refusal is not None, "the disk never filled"
         assert refusal.code == errors.CODE_MASTER_PERSISTENCE_TIMEOUT, refusal.message
-        assert "disk full" in refusal.message
+        assert "disk full (out of space)" in refusal.message, "a 100% watermark never refuses"
         assert stored(b.endpoints) == acked, "reads keep working"
         channel.close()
         assert b.stop() == 0, b.log_tail()

@@ -103,6 +103,28 @@ def test_refusal_carries_its_own_wire_code(clock: Clock) -> None:
     store.close()
 
 
+def test_the_refusal_message_says_out_of_space_or_watermark(clock: Clock) -> None:
+    """Both refusals share 50401; the message tells an operator which limit was hit."""
+    disk = SimDisk(capacity=64 * limits.MiB)
+    store = Store.open(ROOT, CONFIG, now_ms=clock, disk=disk)
+    store.append(draft(0))
+    disk.capacity = disk.usage()  # full: the 100% watermark cannot be what refuses
+    with pytest.raises(DiskFullError) as full:
+        for i in range(1, 2_000):  # the log and its derived data use what they reserved first
+            store.append(draft(i))
+    assert full.value.kind == DiskFullError.OUT_OF_SPACE
+    assert "disk full (out of space)" in str(full.value) and "watermark" not in str(full.value)
+    store.close()
+    disk = SimDisk(capacity=64 * limits.MiB)
+    store = Store.open(ROOT, replace(CONFIG, disk_watermark=0.05), now_ms=clock, disk=disk)
+    with pytest.raises(DiskFullError) as above:
+        store.append(draft(0))
+    assert above.value.kind == DiskFullError.WATERMARK
+    assert "disk full (past the write watermark)" in str(above.value)
+    assert above.value.code == full.value.code == errors.CODE_MASTER_PERSISTENCE_TIMEOUT
+    store.close()
+
+
 def test_watermark_refusal_never_overshoots(clock: Clock) -> None:
     capacity = 64 * limits.MiB
     disk = SimDisk(capacity=capacity)

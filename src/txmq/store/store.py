@@ -216,7 +216,7 @@ class Store:
         after = (total - free + nbytes) / total if total else 0.0
         if after > self.config.disk_watermark:
             self._disk_used = (total - free) / total
-            raise DiskFullError.above_watermark(after, self.config.disk_watermark)
+            raise DiskFullError.above_watermark(after, self.config.disk_watermark, nbytes <= free)
 
     def _write_locked(
         self, drafts: Sequence[RecordDraft], now: int
