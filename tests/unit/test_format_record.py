@@ -182,3 +182,28 @@ def test_properties_block_is_the_compact_json_the_format_documents(props: dict[s
     at = codec.FIXED_END + sum(2 + len(s) for s in (b"t", b"", b"", b"", b""))
     want = json.dumps(props, separators=(",", ":")).encode()
     assert data[at : at + 4 + len(want)] == len(want).to_bytes(4, "big") + want
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(drafts, min_size=1, max_size=5))
+def test_split_verified_agrees_with_split(ds: list[RecordDraft]) -> None:
+    blob, phys = b"", 0
+    for d in ds:  # back to back, each naming its own position, as a bundle holds them
+        data = placed(d, phys)
+        blob, phys = blob + data, phys + len(data)
+    fast = list(codec.split_verified(blob))
+    full = [
+        (r.born_timestamp_ms, r.message_id, r.tag, r.keys, dict(r.properties), r.body)
+        for r in codec.split(blob)
+    ]
+    assert fast == full
+
+
+def test_split_verified_refuses_sizes_that_do_not_add_up() -> None:
+    d = RecordDraft(topic="t", queue_id=0, body=b"abc", message_id="m", properties={"k": "v"})
+    data = placed(d, 0)
+    with pytest.raises(CorruptRecordError):
+        list(codec.split_verified(data + data[:10]))  # the last record is cut short
+    grown = (len(data) + 1).to_bytes(4, "big") + data[4:] + b"\0"
+    with pytest.raises(CorruptRecordError):
+        list(codec.split_verified(grown))  # its size covers a byte no field accounts for

@@ -333,6 +333,37 @@ def split(blob: bytes | bytearray | memoryview) -> Iterator[Record]:
         pos += total
 
 
+def split_verified(
+    blob: bytes | memoryview,
+) -> Iterator[tuple[int, str, str, tuple[str, ...], dict[str, str], bytes]]:
+    """(born_timestamp_ms, message id, tag, keys, properties, body) of records packed back to back
+    that ``split`` already verified (a bundle half: each record checked when it was prepared,
+    the half's own CRC on every read). Skips the CRCs and the Record objects: a bundle's commit
+    reads ~850 records per MiB on the decision's critical path.
+
+    Raises CorruptRecordError on sizes or fields that do not add up (never loops forever)."""
+    view = memoryview(blob)
+    pos, end = 0, len(view)
+    try:
+        while pos < end:
+            (total,) = _U32.unpack_from(view, pos)
+            if not RECORD_SIZE_MIN <= total <= end - pos:
+                raise CorruptRecordError(-1, f"bad size {total} in verified records")
+            (born,) = _I64.unpack_from(view, pos + BORN_TIMESTAMP_AT)
+            strings, at = _strings(view, pos + FIXED_END, pos + total, -1)
+            (n,) = _U32.unpack_from(view, at)
+            props = json.loads(bytes(view[at + 4 : at + 4 + n])) if n > 2 else {}
+            at += 4 + n
+            (n,) = _U32.unpack_from(view, at)
+            if at + 4 + n != pos + total or not isinstance(props, dict):
+                raise CorruptRecordError(-1, "fields of a verified record do not add up")
+            keys = tuple(strings[4].split("\0")) if strings[4] else ()  # as _split_keys
+            yield born, strings[2], strings[3], keys, props, bytes(view[at + 4 : at + 4 + n])
+            pos += total
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        raise CorruptRecordError(-1, f"bad field in verified records: {exc}") from exc
+
+
 def verify_spans(view: memoryview, base: int, spans: Sequence[tuple[int, int]]) -> list[memoryview]:
     """``verify`` for each ``(physical offset, size)`` record inside ``view``, which holds the
     log from offset ``base``; returns each record's slice. Inline for the bulk reader, where a

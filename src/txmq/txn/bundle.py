@@ -113,21 +113,23 @@ def commit_drafts(
     """The COMMIT records of a bundle half: each message into ``topic``/``queue_id`` with the
     properties ``base`` (the half's, already stripped of its storage properties) under its own."""
     count = int(half.properties[PROP_BUNDLE])
+    # The half's body was checked record by record when prepared (``check``) and the half's
+    # CRC on every read, so the commit skips the per-record CRCs (record.split_verified).
     drafts = [
         RecordDraft(
             topic=topic,
             queue_id=queue_id,
-            body=rec.body,
+            body=body,
             flag=TxnFlag.COMMIT,
-            message_id=rec.message_id,
-            tag=rec.tag,
-            keys=rec.keys,
-            properties={**rec.properties, **base},
-            born_timestamp_ms=rec.born_timestamp_ms,
+            message_id=message_id,
+            tag=tag,
+            keys=keys,
+            properties={**props, **base},
+            born_timestamp_ms=born,
             born_host=half.born_host,
             prepared_offset=half.physical_offset,
         )
-        for rec in record.split(half.body)
+        for born, message_id, tag, keys, props, body in record.split_verified(half.body)
     ]
     invariant(len(drafts) == count, "a bundle half holds the messages it was checked with")
     return drafts
