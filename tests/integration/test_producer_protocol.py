@@ -105,8 +105,12 @@ def test_refused_sends_answer_a_status_and_store_nothing(broker: BrokerProcess, 
 def test_a_typed_topic_refuses_other_message_types(broker: BrokerProcess, stub: Any) -> None:
     channel = grpc.insecure_channel(broker.endpoints)
     create = channel.unary_unary("/txmq.admin.v1.Admin/TopicCreate")
-    reply = json.loads(create(json.dumps({"name": "fifo-only", "type": "fifo"}).encode()))
+    raw = create(json.dumps({"name": "fifo-only", "type": "fifo"}).encode())
     channel.close()
+    # The admin reply is the data channel's frame without payload (docs/formats.md).
+    n = int.from_bytes(raw[:4], "big")
+    assert len(raw) == 4 + n, "nothing after the header"
+    reply = json.loads(raw[4:])
     assert reply["ok"], reply
     r = send(stub, wire("fifo-only", message_type=pb.NORMAL))
     assert r.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE

@@ -204,9 +204,9 @@ def add_admin(server: Any, parts: Parts, service: Any) -> None:
                 if not isinstance(args, dict):
                     raise BadRequestError("request body must be a JSON object")
                 result = await service.run(fn, args)
-                return json.dumps({"ok": True, **result}).encode()
+                return channels.frame({"ok": True, **result})
             except Exception as exc:
-                return json.dumps(refusal(exc, fn.__name__)).encode()
+                return channels.frame(refusal(exc, fn.__name__))
 
         handlers[name] = grpc.unary_unary_rpc_method_handler(call)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -19,7 +19,6 @@ Must not: make anything visible (only EndTransaction or check-back commits a bun
 from __future__ import annotations
 
 import itertools
-import json
 import uuid
 from typing import Any, Final
 
@@ -27,27 +26,20 @@ import grpc
 
 from txmq import limits
 from txmq.broker.admin import refusal
-from txmq.broker.data import HEADER_LENGTH, SERVICE, frame
+from txmq.broker.data import SERVICE
 from txmq.broker.parts import Parts
 from txmq.errors import BadRequestError, MessageBodyTooLargeError, MessageTypeConflictError
 from txmq.model import MessageType, RecordDraft, is_internal_property
-from txmq.protocol import mapping
+from txmq.protocol import channels, mapping
 from txmq.txn import bundle
 
 _METHOD: Final = "PrepareBundle"
 
 
 def _split(body: bytes) -> tuple[dict[str, Any], memoryview]:
-    view = memoryview(body)
-    if len(view) < HEADER_LENGTH.size:
-        raise BadRequestError("PrepareBundle request is shorter than its header length")
-    (n,) = HEADER_LENGTH.unpack_from(view)
-    if n > min(len(view) - HEADER_LENGTH.size, limits.PULL_HEADER_SIZE_MAX):
-        raise BadRequestError("PrepareBundle header runs past the request or its bound")
-    header = json.loads(view[HEADER_LENGTH.size : HEADER_LENGTH.size + n].tobytes())
-    if not isinstance(header, dict):
-        raise BadRequestError("PrepareBundle header must be a JSON object")
-    return header, view[HEADER_LENGTH.size + n :]
+    return channels.split(
+        body, _METHOD, header_max=limits.PULL_HEADER_SIZE_MAX, error=BadRequestError
+    )
 
 
 def _properties(raw: Any) -> dict[str, str]:
@@ -98,9 +90,9 @@ def add_bundles(server: Any, parts: Parts, service: Any) -> None:
             meta = dict(context.invocation_metadata() or ())
             client_id = str(meta.get("x-mq-client-id", ""))
             header = await service.run(prepare_bundle, parts, body, next(round_robin), client_id)
-            return frame(header, [])
+            return channels.frame(header)
         except Exception as exc:
-            return frame(refusal(exc, _METHOD), [])
+            return channels.frame(refusal(exc, _METHOD))
 
     handlers = {_METHOD: grpc.unary_unary_rpc_method_handler(prepare)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -93,25 +93,21 @@ def queue_offsets(parts: Parts, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-frame = channels.data_frame
-HEADER_LENGTH = channels.HEADER_LENGTH  # the frame's, for the replica and bundle channels
-
-
 def add_data(server: Any, parts: Parts, service: Any) -> None:
     """Register the data channel on ``server``; calls run through ``service.run``."""
 
     async def pull(body: bytes, context: Any) -> bytes:
         try:
             header, records = await service.run(pull_records, parts, _args(body))
-            return frame(header, records)
+            return channels.frame(header, records)
         except Exception as exc:
-            return frame(refusal(exc, "PullRecords"), [])
+            return channels.frame(refusal(exc, "PullRecords"))
 
     async def offsets(body: bytes, context: Any) -> bytes:
         try:
-            return frame(queue_offsets(parts, _args(body)), [])
+            return channels.frame(queue_offsets(parts, _args(body)))
         except Exception as exc:
-            return frame(refusal(exc, "QueueOffsets"), [])
+            return channels.frame(refusal(exc, "QueueOffsets"))
 
     handlers = {
         "PullRecords": grpc.unary_unary_rpc_method_handler(pull),

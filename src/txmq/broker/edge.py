@@ -13,7 +13,6 @@ ACL file: an open broker pays nothing for it.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
@@ -33,9 +32,8 @@ from txmq.broker.auth import (
     need_admin,
 )
 from txmq.broker.data import SERVICE as DATA_SERVICE
-from txmq.broker.data import frame
 from txmq.errors import ForbiddenError, TxmqError, UnauthorizedError, invariant
-from txmq.protocol import mapping
+from txmq.protocol import channels, mapping
 
 log = logging.getLogger("txmq.broker")
 
@@ -53,12 +51,9 @@ def _v2_refusal(name: str) -> Refusal:
     return refuse
 
 
-def _json_refusal(exc: TxmqError) -> bytes:
-    return json.dumps({"ok": False, "code": exc.code, "error": str(exc)}).encode()
-
-
-def _data_refusal(exc: TxmqError) -> bytes:
-    return frame({"ok": False, "code": exc.code, "error": str(exc)}, [])
+def _channel_refusal(exc: TxmqError) -> bytes:
+    """The admin and the data channel answer a refusal in the same frame."""
+    return channels.frame({"ok": False, "code": exc.code, "error": str(exc)})
 
 
 def _plan(method: str) -> tuple[Rule, Refusal | None]:
@@ -67,9 +62,9 @@ def _plan(method: str) -> tuple[Rule, Refusal | None]:
     if service == V2_SERVICE:
         return RULES.get(name, need_admin), _v2_refusal(name)
     if service == ADMIN_SERVICE:
-        return ADMIN_RULES.get(name, need_admin), _json_refusal
+        return ADMIN_RULES.get(name, need_admin), _channel_refusal
     if service == DATA_SERVICE:
-        return DATA_RULES.get(name, need_admin), _data_refusal
+        return DATA_RULES.get(name, need_admin), _channel_refusal
     return need_admin, None  # e.g. health or reflection services: admins only
 
 

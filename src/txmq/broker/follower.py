@@ -31,7 +31,6 @@ from txmq.broker.admin import SERVICE as ADMIN_SERVICE
 from txmq.broker.admin import refusal
 from txmq.broker.cluster_file import Member
 from txmq.broker.config import BrokerConfig
-from txmq.broker.data import HEADER_LENGTH, frame
 from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
 from txmq.broker.leadership import Leadership
@@ -46,7 +45,7 @@ from txmq.errors import (
     NotLeaderError,
     TopicNotFoundError,
 )
-from txmq.protocol import mapping
+from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
 from txmq.store.replica import append_shipped, last_of, tail_of
 from txmq.store.store import Store
@@ -157,9 +156,8 @@ class Follower:
         await self._apply(reply, want_topics, now)
 
     async def _apply(self, reply: bytes, want_topics: bool, now: int) -> None:
-        (n,) = HEADER_LENGTH.unpack_from(reply, 0)
-        header = json.loads(reply[4 : 4 + n])
-        data = bytes(reply[4 + n :])
+        header, payload = channels.split(reply, "Fetch")
+        data = bytes(payload)
         if not header.get("ok"):
             if _DIVERGED in str(header.get("error", "")):
                 await asyncio.to_thread(self._start_over)
@@ -273,10 +271,7 @@ class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
             return None
 
         async def refuse(body: bytes, context: Any) -> bytes:
-            answer = refusal(self.servicer._refusal(), method)
-            if method.startswith(f"/{ADMIN_SERVICE}/"):
-                return json.dumps(answer).encode()  # the admin channel: bare JSON
-            return frame(answer, [])  # the data channel: framed
+            return channels.frame(refusal(self.servicer._refusal(), method))
 
         return grpc.unary_unary_rpc_method_handler(refuse)
 
@@ -287,10 +282,10 @@ def add_follower_services(server: Any, follower: Follower) -> None:
     server.add_generic_rpc_handlers((_RefuseChannels(servicer),))
 
     async def status(body: bytes, context: Any) -> bytes:
-        return frame(follower.status(), [])
+        return channels.frame(follower.status())
 
     async def fetch(body: bytes, context: Any) -> bytes:
-        return frame(refusal(NotLeaderError("this replica follows"), "Fetch"), [])
+        return channels.frame(refusal(NotLeaderError("this replica follows"), "Fetch"))
 
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),

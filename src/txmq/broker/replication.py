@@ -30,12 +30,13 @@ import grpc
 
 from txmq import limits
 from txmq.broker.admin import refusal
-from txmq.broker.data import _args, _int, frame
+from txmq.broker.data import _args, _int
 from txmq.broker.election import InSync
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError
+from txmq.protocol import channels
 from txmq.store.replica import DivergedError, Hold, durable_end, ship
 from txmq.store.store import Store
 
@@ -171,12 +172,12 @@ def add_replica(server: Any, replication: Replication, service: Any) -> None:
     async def fetch(body: bytes, context: Any) -> bytes:
         try:
             header, data = await replication.fetch(_args(body), service.run)
-            return frame(header, [data])
+            return channels.frame(header, [data])
         except Exception as exc:
-            return frame(refusal(exc, "Fetch"), [])
+            return channels.frame(refusal(exc, "Fetch"))
 
     async def status(body: bytes, context: Any) -> bytes:
-        return frame(replication.status(), [])
+        return channels.frame(replication.status())
 
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),

@@ -354,7 +354,7 @@ class BrokerClient:
         A refusal with ``retriable`` true is the broker pushing back (disk watermark, too many
         pending transactions): the caller pauses and retries."""
         head = {"topic": topic, "count": len(messages), "properties": dict(properties)}
-        body = channels.data_frame(head, messages)
+        body = channels.frame(head, messages)
         header, _ = self._data_raw("PrepareBundle", body)
         if header.get("count") != len(messages) or not header.get("transaction_id"):
             raise RemoteProtocolError(f"PrepareBundle answered {header!r}")
