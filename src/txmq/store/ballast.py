@@ -1,10 +1,11 @@
 """The space reserve: a file of reserved blocks the store gives back when the disk is full.
 
 Owns: ``store/reserve`` (STORE_RESERVE_BYTES reserved with fallocate KEEP_SIZE, so its size
-reads 0). Why (ADR 0003): the log refuses writes that do not fit before writing anything, but
-derived data (consume queues, index), the checkpoint, the abort marker and the broker's small
-state files must still be writable on a full disk, or a broker could neither stop cleanly nor
-start again. The store deletes the reserve when a derived write meets ENOSPC (then retries it
+reads 0). Why (ADR 0003): the log and the derived data an append causes refuse writes that
+do not fit before writing anything, but recovery's derived writes, derived writes where the
+file system cannot reserve, the checkpoint, the abort marker and the broker's small state files
+must still be writable on a full disk, or a broker could neither stop cleanly nor start
+again. The store deletes the reserve when a derived write meets ENOSPC (then retries it
 once), at close (so the last saves fit) and at open (so recovery fits), and takes it again
 after open when there is room. Must not: hold data, or be counted on for more than one retry.
 """
