@@ -200,6 +200,10 @@ class ConsumeQueue:
         self._dirty.clear()
         return out
 
+    def mark_dirty(self, base: int) -> None:
+        """A file ``take_dirty`` handed out was not synced after all."""
+        self._dirty.add(base)
+
     def locate(self, queue_offset: int) -> tuple[FileHandle, int] | None:
         """(file, position) of a written entry, for a read outside the dispatcher's lock; None
         when ``queue_offset`` is outside what the queue holds written."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from pathlib import Path
 
 from txmq.errors import CorruptRecordError, is_disk_full
@@ -134,24 +133,32 @@ class Dispatcher:
             OSError: an fsync of a live file failed (fatal: ADR 0001).
         """
         with self.lock:
-            todo: list[tuple[FileHandle, Callable[[], bool]]] = []
-            for cq in self.queues.values():
-                for base, handle in cq.take_dirty():
-                    todo.append((handle, partial(_holds, cq.files, base, handle)))
+            todo: list[tuple[FileHandle, ConsumeQueue | None, int]] = []
+            for queue in self.queues.values():
+                todo += [(handle, queue, base) for base, handle in queue.take_dirty()]
             index_file = self.index.take_dirty()
             if index_file is not None:
-                todo.append((index_file, partial(self._index_is, index_file)))
-        for handle, live in todo:
+                todo.append((index_file, None, 0))
+        for i, (handle, cq, base) in enumerate(todo):
             try:
                 handle.sync()
             except OSError:
                 with self.lock:
-                    if live():
+                    if self._live(handle, cq, base):
+                        # Not synced: dirty again, so a retry (after a disk-full skip) does.
+                        for h, q, b in todo[i:]:
+                            if q is not None and self._live(h, q, b):
+                                q.mark_dirty(b)
+                            elif q is None and self._live(h, q, b):
+                                self.index.mark_dirty()
                         raise
                 log.debug("fsync skipped: the file was retired while it ran")
 
-    def _index_is(self, handle: FileHandle) -> bool:
-        return self.index.handle is handle
+    def _live(self, handle: FileHandle, cq: ConsumeQueue | None, base: int) -> bool:
+        """Is ``handle`` still the file of queue ``cq`` at ``base`` (of the index if no queue)?"""
+        if cq is None:
+            return self.index.handle is handle
+        return _holds(cq.files, base, handle)
 
     def truncate_to(self, checkpoint: Checkpoint) -> None:
         """Recovery: drop queue and index entries the checkpoint does not vouch for.

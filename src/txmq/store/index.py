@@ -199,6 +199,10 @@ class MessageIndex:
             self._remember(h, phys)
         return True
 
+    def mark_dirty(self) -> None:
+        """The file ``take_dirty`` handed out was not synced after all."""
+        self._dirty = True
+
     def take_dirty(self) -> FileHandle | None:
         """The file, if written since the last call (and forget that): the caller fsyncs it."""
         dirty, self._dirty = self._dirty, False
