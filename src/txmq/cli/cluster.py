@@ -133,13 +133,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     cluster_path = data_dir / CLUSTER_FILE_NAME
     write(cluster_path, ClusterFile(data_dir.resolve().name or "txmq", members))
-    stop = {"now": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     procs: dict[str, subprocess.Popen[str]] = {}
     try:
         for m in members:
@@ -167,13 +161,7 @@ def _up_replicas(
     if etcd is None:
         local, etcd = cluster_replicas.start_etcd(data_dir, host)
         click.echo(f"txmq etcd listening on {etcd}")
-    stop = {"now": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     procs: dict[str, subprocess.Popen[str]] = {}
     try:
         for i in range(replicas):
@@ -253,3 +241,15 @@ def status(endpoints: str, as_json: bool) -> None:
     show("cluster", cols, rows, {"members": out}, as_json)
     if not all(r["up"] for r in out):
         sys.exit(1)
+
+
+def _stop_on_signals() -> dict[str, bool]:
+    """A flag that SIGTERM and Ctrl-C set, for the watch loop to stop every process cleanly."""
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
