@@ -77,13 +77,7 @@ def embedded_broker(data_dir: Path, log_path: Path, extra: Sequence[str] = ()) -
     try:
         yield _first_line_endpoints(proc, log_path)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+        _stop_child(proc, stop_timeout_s=30)
 
 
 def _first_line_endpoints(proc: subprocess.Popen[str], log_path: Path) -> str:
@@ -216,13 +210,7 @@ def embedded_cluster(work: Path, brokers: int) -> Iterator[str]:
     try:
         yield ";".join(_listening(proc, brokers, work / "cluster.log"))
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+        _stop_child(proc, stop_timeout_s=60)
 
 
 def _listening(proc: subprocess.Popen[str], n: int, log_path: Path) -> list[str]:
@@ -272,3 +260,15 @@ def progress_bar() -> Progress:
         TimeElapsedColumn(),
         console=console,
     )
+
+
+def _stop_child(proc: subprocess.Popen[str], *, stop_timeout_s: float) -> None:
+    """SIGTERM a still-running broker or cluster, and SIGKILL it if it outlasts the timeout."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=stop_timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
