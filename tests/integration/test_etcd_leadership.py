@@ -57,17 +57,25 @@ async def _until(cond, timeout_s: float, *tasks_owner: Leadership) -> float:  # 
     raise AssertionError("unreachable")
 
 
+async def _leader_and_follower(
+    endpoint: str,
+) -> tuple[Leadership, Leadership, asyncio.Task[None], asyncio.Task[None]]:
+    """r0 campaigns first and leads; r1 then runs and sees r0 as its leader."""
+    group = _group()
+    r0 = Leadership(Etcd(endpoint), "t", group, "r0", "h:1")
+    r1 = Leadership(Etcd(endpoint), "t", group, "r1", "h:2")
+    t0 = asyncio.create_task(r0.run())
+    await _until(r0.leads, 10)
+    t1 = asyncio.create_task(r1.run())
+    await _until(lambda: r1.leader is not None, 10)
+    return r0, r1, t0, t1
+
+
 def test_one_replica_leads_and_a_follower_takes_over_after_the_leader_stops(
     etcd_endpoint: str,  # noqa: F811
 ) -> None:
     async def main() -> None:
-        group = _group()
-        r0 = Leadership(Etcd(etcd_endpoint), "t", group, "r0", "h:1")
-        r1 = Leadership(Etcd(etcd_endpoint), "t", group, "r1", "h:2")
-        t0 = asyncio.create_task(r0.run())
-        await _until(r0.leads, 10)
-        t1 = asyncio.create_task(r1.run())
-        await _until(lambda: r1.leader is not None, 10)
+        r0, r1, t0, t1 = await _leader_and_follower(etcd_endpoint)
         assert r1.leader is not None and r1.leader.name == "r0" and not r1.leads()
         first_epoch = r1.leader.epoch
         # r0 "pauses": its steps stop, so its lease is no longer renewed.
@@ -90,13 +98,7 @@ def test_a_resigning_leader_hands_over_within_an_observe_period(
     etcd_endpoint: str,  # noqa: F811
 ) -> None:
     async def main() -> None:
-        group = _group()
-        r0 = Leadership(Etcd(etcd_endpoint), "t", group, "r0", "h:1")
-        r1 = Leadership(Etcd(etcd_endpoint), "t", group, "r1", "h:2")
-        t0 = asyncio.create_task(r0.run())
-        await _until(r0.leads, 10)
-        t1 = asyncio.create_task(r1.run())
-        await _until(lambda: r1.leader is not None, 10)
+        r0, r1, t0, t1 = await _leader_and_follower(etcd_endpoint)
         t0.cancel()
         await asyncio.gather(t0, return_exceptions=True)
         await r0.resign()
