@@ -413,6 +413,11 @@ ETCD_CALL_TIMEOUT_MS: Final = 1_000
 ETCD_START_TIMEOUT_MS: Final = 15_000
 # Bytes of one etcd gateway answer we read: a range of one key or a lease call is tiny.
 ETCD_RESPONSE_SIZE_MAX: Final = 1 * MiB
+# Keys one prefix read returns: every group's leader key of a cluster (one per group).
+ETCD_PREFIX_KEYS_MAX: Final = CLUSTER_MEMBERS_MAX
+# How often a replica of a cluster of several groups reads every group's leader from etcd (one
+# range read), so its routes name another group's new leader within about this after etcd has it.
+CLUSTER_LEADERS_PERIOD_MS: Final = 1_000
 assert REPLICA_LEASE_SAFETY_MS + 2 * REPLICA_KEEPALIVE_PERIOD_MS <= REPLICA_LEASE_TTL_MS
 assert ETCD_CALL_TIMEOUT_MS <= REPLICA_KEEPALIVE_PERIOD_MS
 assert REPLICA_OBSERVE_PERIOD_MS < REPLICA_LEASE_TTL_MS

@@ -13,6 +13,7 @@ saves positions), drain the executor, then close the parts (the store checkpoint
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import signal
@@ -134,6 +135,24 @@ def cluster_member(config: BrokerConfig) -> tuple[ClusterFile, Member] | None:
     return cluster, cluster.find_self(name=config.broker_name, host=host, port=config.port)
 
 
+def replica_etcd(config: BrokerConfig) -> str:
+    """The etcd this broker's group is led through ("" for a plain broker): ``--etcd``, else
+    the cluster file's.
+
+    Raises:
+        ClusterFileError: the cluster file is bad.
+        ConfigError: the file has groups of several replicas and no etcd is given.
+    """
+    found = cluster_member(config) if config.cluster_file is not None and not config.etcd else None
+    etcd = config.etcd or (found[0].etcd if found is not None else "")
+    if found is not None and found[0].replicated and not etcd:
+        raise ConfigError(
+            f"cluster {found[0].name!r} has groups of several replicas, led through etcd: "
+            "give --etcd HOST:PORT or etcd in its [cluster] table"
+        )
+    return etcd
+
+
 def membership_for(
     config: BrokerConfig,
     found: tuple[ClusterFile, Member] | None,
@@ -227,10 +246,12 @@ async def serve(
     stop: asyncio.Event | None = None,
     hangup: asyncio.Event | None = None,
     leadership: Leadership | None = None,
+    membership: Membership | None = None,
 ) -> None:
     """Run one broker until ``stop`` is set; ``ready(port)`` is called once it accepts RPCs.
     With ``leadership`` it is its replica group's leader (replica_node.py): it serves the
-    Replica channel and acknowledges writes through ``Replication.acknowledge``.
+    Replica channel and acknowledges writes through ``Replication.acknowledge``; the replica
+    passes its ``membership`` (its groups' leaders come from etcd), which it keeps and closes.
 
     Raises:
         OSError: the port cannot be bound.
@@ -239,7 +260,8 @@ async def serve(
 
     ``hangup`` (set on SIGHUP by ``run``) re-reads the ACL file; a bad file keeps the old rules.
     """
-    found = cluster_member(config)  # before anything opens: a bad file changes nothing
+    # Before anything opens: a bad file changes nothing.
+    found = cluster_member(config) if membership is None else None
     # Refused before the data directory is touched: a broker never runs with rules it misread.
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
     peers = peer_security(config, acl)
@@ -254,12 +276,14 @@ async def serve(
         guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
     server = _grpc_server(guard, parts)
     consume: ConsumeRpcs | None = None
-    membership: Membership | None = None
+    owned: Membership | None = None
     try:
         # A member binds the port its cluster file gives it: the file is what peers dial.
         member_port = config.port if found is None else found[1].port
         port = _bind(server, config, member_port, credentials)
-        membership = membership_for(config, found, port, parts.now_ms, peers)
+        if membership is None:
+            membership = owned = membership_for(config, found, port, parts.now_ms, peers)
+        membership.security = peers
         consume, servicer = _add_services(server, parts, executor, membership)
         if leadership is not None:
             _lead_with(leadership, server, parts, servicer)
@@ -281,8 +305,8 @@ async def serve(
         await (stop or asyncio.Event()).wait()
     finally:
         await _shutdown(server, tasks, consume, executor, parts, metrics_http)
-        if membership is not None:
-            membership.close()
+        if owned is not None:
+            owned.close()
 
 
 async def _probe_forever(membership: Membership, parts: Parts, servicer: MessagingServicer) -> None:
@@ -366,10 +390,12 @@ def run(config: BrokerConfig) -> None:
             name = f"{config.broker_name} " if config.broker_name else ""
             print(f"txmq broker {name}listening on {config.host}:{port}", flush=True)
 
-        if config.etcd:
+        etcd = replica_etcd(config)
+        if etcd:
             from txmq.broker.replica_node import serve_replica
 
-            await serve_replica(config, ready=ready, stop=stop, hangup=hangup)
+            replica = dataclasses.replace(config, etcd=etcd)
+            await serve_replica(replica, ready=ready, stop=stop, hangup=hangup)
         else:
             await serve(config, ready=ready, stop=stop, hangup=hangup)
 

@@ -36,11 +36,7 @@ def cluster_methods(
     parts: Parts, membership: Membership
 ) -> dict[str, Callable[[dict[str, Any]], Any]]:
     def cluster_info(_: dict[str, Any]) -> Any:
-        return {
-            "cluster": membership.cluster.name,
-            "self": membership.me.name,
-            "members": membership.view(),
-        }
+        return membership.info()
 
     def topic_definitions(_: dict[str, Any]) -> Any:
         return {"topics": [definition(t) for t in parts.topics.list()]}

@@ -348,7 +348,7 @@ class ConsumeRpcs:
             info = self.topics.ensure(topic)
             assignments = [
                 pb.Assignment(message_queue=q)
-                for q in routes.message_queues(info, self.membership.live_members())
+                for q in routes.message_queues(info, self.membership.route_targets())
             ]
             return sv.QueryAssignmentResponse(status=mapping.status(), assignments=assignments)
         except Exception as exc:

@@ -1,7 +1,8 @@
 """A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1, stdlib only; ADR 0005).
 
-Owns: the five calls replica leadership needs (lease grant, keepalive and revoke; a
-compare-and-put of a key that must not exist; a read of one key) and their wire format
+Owns: the calls replica leadership needs (lease grant, keepalive and revoke; a
+compare-and-put of a key that must not exist; a read of one key, or of every key under a prefix:
+all groups' leaders) and their wire format
 (base64 keys and values, int64 as strings). Every failure is one ``CoordinationError`` naming
 the endpoint and the call. Blocking: the broker runs these in a thread (leadership.py).
 Must not: decide anything about leadership (election.py does).
@@ -96,6 +97,16 @@ class Etcd:
         doc = self.call("kv/range", {"key": _b64(key.encode())})
         kvs = doc.get("kvs") or []
         return _kv(kvs[0]) if kvs else None
+
+    def get_prefix(self, prefix: str) -> dict[str, KeyValue]:
+        """Every key starting with ``prefix`` (at most ``ETCD_PREFIX_KEYS_MAX``) -> its value."""
+        raw = prefix.encode()
+        end = raw[:-1] + bytes([raw[-1] + 1])  # etcd's range_end for "every key with this prefix"
+        doc = self.call(
+            "kv/range",
+            {"key": _b64(raw), "range_end": _b64(end), "limit": str(limits.ETCD_PREFIX_KEYS_MAX)},
+        )
+        return {base64.b64decode(kv["key"]).decode(): _kv(kv) for kv in doc.get("kvs") or []}
 
     def put_if_absent(self, key: str, value: bytes, lease_id: int) -> Claim:
         """Put ``key`` = ``value`` attached to ``lease_id`` if no one holds ``key``; either

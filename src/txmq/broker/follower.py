@@ -4,8 +4,9 @@ Owns: the fetch loop (long polls to the leader's Replica channel from this store
 answer appended verbatim by ``store.replica.append_shipped``), the leader's topic definitions
 (every ``REPLICA_TOPICS_PERIOD_MS``), a divergent tail (the leader does not hold our last record:
 the store is emptied and fetched again from 0, the coarsest truncation that is always right),
-and the follower's gRPC face: QueryRoute answers the leader's endpoint under the group's name,
-writes are refused with HA_NOT_AVAILABLE naming the leader, Replica.Status says "follower".
+and the follower's gRPC face: QueryRoute and QueryAssignment answer every group's leader under
+the group's name (membership.py), writes are refused with HA_NOT_AVAILABLE naming the leader,
+Replica.Status says "follower".
 Must not: take writes or run the transaction book, deliveries or check-backs: all of those
 start from the log when this replica is promoted (replica_node.py opens a full broker then).
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
@@ -29,12 +31,11 @@ from txmq import limits
 from txmq.broker import routes
 from txmq.broker.admin import SERVICE as ADMIN_SERVICE
 from txmq.broker.admin import refusal
-from txmq.broker.cluster_file import Member
 from txmq.broker.config import BrokerConfig
 from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
 from txmq.broker.leadership import Leadership
-from txmq.broker.membership import define
+from txmq.broker.membership import Membership, define
 from txmq.broker.offsets import FILE_NAME as POSITIONS_FILE
 from txmq.broker.replication import SERVICE
 from txmq.broker.replies import fail
@@ -216,28 +217,40 @@ class Follower:
 
 
 class FollowerServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
-    """What a follower answers the official clients: routes to the leader; no writes."""
+    """What a follower answers the official clients: routes to every group's leader (its own
+    group's and, in a cluster of groups, the others'); no writes."""
 
-    def __init__(self, follower: Follower) -> None:
+    def __init__(self, follower: Follower, membership: Membership) -> None:
         self.follower = follower
+        self.membership = membership
 
     def _refusal(self) -> NotLeaderError:
         leader = self.follower.leadership.leader
         where = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
         return NotLeaderError(f"this replica follows{where}")
 
+    def _queues(self, topic: str) -> list[Any]:
+        if self.follower.leadership.leader is None:
+            raise self._refusal()
+        info = self.follower.topics.get(mapping.validate_topic(topic, allow_system=True))
+        return routes.message_queues(info, self.membership.route_targets())
+
     async def QueryRoute(self, request: Any, context: Any) -> Any:
-        leader = self.follower.leadership.leader
         try:
-            if leader is None:
-                raise self._refusal()
-            info = self.follower.topics.get(mapping.validate_topic(request.topic.name))
-            host, _, port = leader.endpoint.rpartition(":")
-            member = Member(self.follower.group, host, int(port))
-            queues = routes.message_queues(info, [member])
+            queues = self._queues(request.topic.name)
         except (NotLeaderError, TopicNotFoundError, BadRequestError) as exc:
             return sv.QueryRouteResponse(status=fail(exc))
         return sv.QueryRouteResponse(status=mapping.status(), message_queues=queues)
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        """As a leader's (consume.py): every live group's queues, so a consumer that asked a
+        follower receives at each group's leader."""
+        try:
+            queues = self._queues(request.topic.name)
+        except (NotLeaderError, TopicNotFoundError, BadRequestError) as exc:
+            return sv.QueryAssignmentResponse(status=fail(exc))
+        assignments = [pb.Assignment(message_queue=q) for q in queues]
+        return sv.QueryAssignmentResponse(status=mapping.status(), assignments=assignments)
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
         return sv.SendMessageResponse(status=fail(self._refusal()))
@@ -259,14 +272,17 @@ class FollowerServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
 
 class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
-    """Every method of the admin and data channels: refused, naming the leader (a follower
-    holds no topics, groups or transactions to show or change)."""
+    """Every method of the admin and data channels but ClusterInfo: refused, naming the leader
+    (a follower holds no topics, groups or transactions to show or change). ClusterInfo is the
+    cluster's shape and every group's leader, which a follower knows (cluster status, Spark)."""
 
     def __init__(self, servicer: FollowerServicer) -> None:
         self.servicer = servicer
 
     def service(self, details: Any) -> Any:
         method = str(details.method)
+        if method == f"/{ADMIN_SERVICE}/ClusterInfo":
+            return grpc.unary_unary_rpc_method_handler(self._cluster_info)
         if not method.startswith((f"/{ADMIN_SERVICE}/", f"/{DATA_SERVICE}/")):
             return None
 
@@ -275,9 +291,12 @@ class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
 
         return grpc.unary_unary_rpc_method_handler(refuse)
 
+    async def _cluster_info(self, body: bytes, context: Any) -> bytes:
+        return channels.frame({"ok": True, **self.servicer.membership.info()})
 
-def add_follower_services(server: Any, follower: Follower) -> None:
-    servicer = FollowerServicer(follower)
+
+def add_follower_services(server: Any, follower: Follower, membership: Membership) -> None:
+    servicer = FollowerServicer(follower, membership)
     sg.add_MessagingServiceServicer_to_server(servicer, server)
     server.add_generic_rpc_handlers((_RefuseChannels(servicer),))
 

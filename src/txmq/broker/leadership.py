@@ -120,3 +120,53 @@ class Leadership:
         self.election.kept_alive(self.clock(), 0)
         if lease is not None:
             await asyncio.to_thread(self.etcd.revoke, lease)
+
+
+class GroupLeaders:
+    """Every group's current leader as etcd names it, for the routes of a cluster of groups:
+    this replica's own group from its ``Leadership`` (it leads, or reads its key every
+    REPLICA_OBSERVE_PERIOD_MS), every other group from one prefix read of the cluster's leader
+    keys every CLUSTER_LEADERS_PERIOD_MS (``run``). etcd is the one source: a peer's probe
+    would only repeat, later, what that peer last read there."""
+
+    def __init__(self, etcd: Etcd, cluster: str, own_group: str, own: Leadership) -> None:
+        self.etcd = etcd
+        self.prefix = leader_key(cluster, "")[: -len("/leader")]
+        self.own_group = own_group
+        self.own = own
+        self._others: dict[str, Leader] = {}
+
+    def leader_of(self, group: str) -> Leader | None:
+        if group == self.own_group:
+            return self.own.leader
+        return self._others.get(group)
+
+    def refresh(self) -> None:
+        """Read every group's leader key (blocking: run in a thread).
+
+        Raises:
+            CoordinationError: etcd did not answer (the last leaders read are kept: a stale
+                one refuses writes naming its successor, and clients retry).
+        """
+        found: dict[str, Leader] = {}
+        for key, kv in self.etcd.get_prefix(self.prefix).items():
+            group, _, leaf = key[len(self.prefix) :].partition("/")
+            if leaf != "leader":
+                continue
+            try:
+                leader = decode_leader(kv)
+            except RemoteProtocolError as exc:
+                log.warning("group %s: %s", group, exc)
+                continue
+            if leader is not None:
+                found[group] = leader
+        self._others = found
+
+    async def run(self) -> None:
+        """Refresh forever (until cancelled)."""
+        while True:
+            try:
+                await asyncio.to_thread(self.refresh)
+            except CoordinationError as exc:
+                log.warning("reading the groups' leaders: %s", exc)
+            await asyncio.sleep(limits.CLUSTER_LEADERS_PERIOD_MS / 1000)

@@ -1,11 +1,14 @@
-"""Cluster membership: who this broker is, who its peers are, which of them answer, and keeping
-topic definitions the same on every member.
+"""Cluster membership: who this broker is, which groups are its peers, where each is served and
+whether it answers, and keeping topic definitions the same on every group.
 
-Owns: the member list (from the cluster file, or this broker alone), liveness from periodic
-probes, forwarding an operator's topic create and delete to every peer, importing the topic
-definitions a peer has and this broker lacks, and the tombstones that keep a deleted topic from
-coming back. The rule, and why there is no consensus protocol:
-docs/adr/0004-cluster-topic-definitions.md.
+Owns: the groups (from the cluster file, or this broker alone), where each group is served now
+(its one replica; or, for a cluster led through etcd, the leader etcd names: ``leader_of``),
+liveness from periodic probes, the one decision of which endpoints a group advertises in routes
+(``advertised``), forwarding an operator's topic create and delete to every peer group's leader,
+importing the topic definitions a peer has and this broker lacks, and the tombstones that keep a
+deleted topic from coming back. The rule, and why there is no consensus protocol:
+docs/adr/0004-cluster-topic-definitions.md. A follower replica holds a Membership for its routes
+only: it neither probes nor forwards (its topics come from its leader, ADR 0005).
 Must not: route messages (every member serves only its own queues; the clients go to the
 owning broker themselves) or touch the store.
 
@@ -25,7 +28,9 @@ from typing import Any
 import grpc
 
 from txmq import limits
-from txmq.broker.cluster_file import ClusterFile, Member
+from txmq.broker.cluster_file import ClusterFile, Group, Member
+from txmq.broker.election import Leader
+from txmq.broker.routes import Advertised
 from txmq.broker.topics import TopicInfo, TopicRegistry
 from txmq.errors import BadRequestError, TxmqError
 from txmq.model import MessageType
@@ -41,12 +46,18 @@ class PeerError(TxmqError):
     """A peer did not answer, or refused a forwarded request."""
 
 
+# A group's name -> the leader etcd names for it now, or None (no leader: the group is out).
+LeaderOf = Callable[[str], Leader | None]
+
+
 @dataclass
 class PeerState:
-    member: Member
+    group: Group
     misses: int = 0
     last_error: str = ""
     channel: Any = field(default=None, repr=False)
+    # The endpoint ``channel`` is open to: a group's leader moves, and its channel with it.
+    endpoint: str = ""
 
 
 def definition(info: TopicInfo) -> dict[str, Any]:
@@ -96,17 +107,21 @@ class Membership:
         *,
         now_ms: Callable[[], int],
         security: ClientSecurity = PLAINTEXT,
+        leader_of: LeaderOf | None = None,
     ) -> None:
+        assert me in cluster.members, "this broker is a member of its cluster"
+        assert leader_of is not None or not cluster.replicated, "replica groups need etcd"
         self.cluster = cluster
         self.me = me
+        self.group = cluster.group_of(me)
         self.now_ms = now_ms
         # Credentials and TLS for calls to peers (broker/auth.peer_security); replaced when the
         # ACL file is reloaded, read by each call.
         self.security = security
-        self._peers = [PeerState(m) for m in cluster.members if m != me]
+        self.leader_of = leader_of
+        self._peers = [PeerState(g) for g in cluster.groups if g != self.group]
         self._tombstones: dict[str, int] = {}
         self._lock = threading.Lock()
-        assert me in cluster.members, "this broker is a member of its cluster"
 
     @classmethod
     def solo(cls, host: str, port: int, *, now_ms: Callable[[], int]) -> Membership:
@@ -114,40 +129,70 @@ class Membership:
         return cls(ClusterFile(SOLO_NAME, (me,)), me, now_ms=now_ms)
 
     @property
-    def peers(self) -> list[Member]:
-        return [p.member for p in self._peers]
+    def peers(self) -> list[Group]:
+        return [p.group for p in self._peers]
 
-    def live_members(self) -> list[Member]:
-        """Members in file order, without peers that missed their last probes: what routes and
-        assignments list. This broker is always live to itself."""
-        down = {p.member for p in self._peers if p.misses >= limits.CLUSTER_PROBE_MISSES_MAX}
-        return [m for m in self.cluster.members if m not in down]
+    def serving(self, group: Group) -> str | None:
+        """Where ``group`` takes writes now: its one replica, or the leader etcd names (None
+        while it has none)."""
+        if self.leader_of is None:
+            return group.replicas[0].endpoint
+        leader = self.leader_of(group.name)
+        return None if leader is None else leader.endpoint
+
+    def advertised(self, group: Group) -> Advertised | None:
+        """THE decision of which endpoints ``group`` advertises in routes and assignments, or
+        None to leave it out: its serving endpoint (the leader's), under the group's name; out
+        while it has no leader or, for a peer, once it missed CLUSTER_PROBE_MISSES_MAX probes."""
+        endpoint = self.serving(group)
+        if endpoint is None:
+            return None
+        peer = next((p for p in self._peers if p.group == group), None)
+        down = peer is not None and peer.misses >= limits.CLUSTER_PROBE_MISSES_MAX
+        if down and peer is not None and peer.endpoint == endpoint:
+            return None
+        host, _, port = endpoint.rpartition(":")
+        return Advertised(group.name, ((host, int(port)),))
+
+    def route_targets(self) -> list[Advertised]:
+        """Every live group in file order, as routes and assignments list them (this broker's
+        own group always, while it has a leader)."""
+        found = (self.advertised(g) for g in self.cluster.groups)
+        return [a for a in found if a is not None]
+
+    def info(self) -> dict[str, Any]:
+        """What ClusterInfo answers: the cluster's name, this broker's group, every group."""
+        return {"cluster": self.cluster.name, "self": self.group.name, "members": self.view()}
 
     def view(self) -> list[dict[str, Any]]:
-        states = {p.member: p for p in self._peers}
+        states = {p.group: p for p in self._peers}
         out = []
-        for m in self.cluster.members:
-            p = states.get(m)
+        for g in self.cluster.groups:
+            p = states.get(g)
             out.append(
                 {
-                    "name": m.name,
-                    "endpoint": m.endpoint,
+                    "name": g.name,
+                    "endpoint": self.serving(g) or g.replicas[0].endpoint,
                     "self": p is None,
-                    "live": p is None or p.misses < limits.CLUSTER_PROBE_MISSES_MAX,
+                    "live": self.advertised(g) is not None,
                     "error": "" if p is None else p.last_error,
+                    "replicas": [{"name": m.name, "endpoint": m.endpoint} for m in g.replicas],
                 }
             )
         return out
 
     # --- Calling peers. ------------------------------------------------------------------------
 
-    def _future(self, peer: PeerState, method: str, args: dict[str, Any]) -> Any:
+    def _future(self, peer: PeerState, endpoint: str, method: str, args: dict[str, Any]) -> Any:
+        if peer.channel is not None and peer.endpoint != endpoint:
+            peer.channel.close()  # the group's leader moved: what its old one missed is moot
+            peer.channel, peer.misses, peer.last_error = None, 0, ""
         if peer.channel is None:
             # Reconnect quickly: a peer restarting must be back in the routes within a probe
             # or two, not after gRPC's default backoff (1 s doubling to 120 s).
             backoff_ms = limits.CLUSTER_PROBE_PERIOD_MS // 4
             peer.channel = open_channel(
-                peer.member.endpoint,
+                endpoint,
                 self.security,
                 options=[
                     ("grpc.initial_reconnect_backoff_ms", backoff_ms),
@@ -155,6 +200,7 @@ class Membership:
                     ("grpc.max_reconnect_backoff_ms", limits.CLUSTER_PROBE_PERIOD_MS),
                 ],
             )
+            peer.endpoint = endpoint
         stub = peer.channel.unary_unary(channels.method_path(channels.ADMIN_SERVICE, method))
         timeout_s = limits.CLUSTER_PEER_CALL_TIMEOUT_MS / 1000.0
         # wait_for_ready: a channel between reconnect attempts waits for the peer within the
@@ -165,17 +211,24 @@ class Membership:
         )
 
     def _fan_out(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any] | str]:
-        """Call ``method`` on every peer at once; peer name -> its reply, or why it failed."""
-        futures = [(p, self._future(p, method, args)) for p in self._peers]
+        """Call ``method`` on every peer group where it is served (its leader) at once; group
+        name -> its reply, or why it failed."""
         out: dict[str, dict[str, Any] | str] = {}
+        futures = []
+        for p in self._peers:
+            endpoint = self.serving(p.group)
+            if endpoint is None:
+                out[p.group.name] = "unreachable (no leader in etcd)"
+            else:
+                futures.append((p, self._future(p, endpoint, method, args)))
         for peer, fut in futures:
             try:
-                out[peer.member.name] = channels.admin_reply(fut.result(), method)
+                out[peer.group.name] = channels.admin_reply(fut.result(), method)
             except grpc.RpcError as exc:
                 status = exc.code() if isinstance(exc, grpc.Call) else None
-                out[peer.member.name] = f"unreachable ({status})"
+                out[peer.group.name] = f"unreachable ({status})"
             except TxmqError as exc:  # the peer's refusal, typed by its code
-                out[peer.member.name] = f"refused: {exc}"
+                out[peer.group.name] = f"refused: {exc}"
         return out
 
     # --- Probing and reconciling. -------------------------------------------------------------
@@ -184,19 +237,19 @@ class Membership:
         """Ask every peer for its topic definitions: counts misses, imports what is missing."""
         replies = self._fan_out("TopicDefinitions", {})
         for peer in self._peers:
-            got = replies[peer.member.name]
+            got = replies[peer.group.name]
             if isinstance(got, str):
                 if peer.misses < limits.CLUSTER_PROBE_MISSES_MAX:
-                    log.warning("cluster peer %s: %s", peer.member.name, got)
+                    log.warning("cluster peer %s: %s", peer.group.name, got)
                 peer.misses += 1
                 peer.last_error = got
                 continue
             if peer.misses >= limits.CLUSTER_PROBE_MISSES_MAX:
-                log.info("cluster peer %s answers again", peer.member.name)
+                log.info("cluster peer %s answers again", peer.group.name)
             peer.misses, peer.last_error = 0, ""
-            self._import(topics, peer.member, got.get("topics", []))
+            self._import(topics, peer.group.name, got.get("topics", []))
 
-    def _import(self, topics: TopicRegistry, peer: Member, defs: list[dict[str, Any]]) -> None:
+    def _import(self, topics: TopicRegistry, peer: str, defs: list[dict[str, Any]]) -> None:
         now = self.now_ms()
         for d in defs[: limits.CLUSTER_RECONCILE_TOPICS_MAX]:
             name = str(d.get("name", ""))
@@ -204,9 +257,9 @@ class Membership:
                 continue
             try:
                 define(topics, d)
-                log.info("topic %s imported from cluster peer %s: %s", name, peer.name, d)
+                log.info("topic %s imported from cluster peer %s: %s", name, peer, d)
             except (TxmqError, KeyError, ValueError) as exc:
-                log.warning("topic %r from peer %s not imported: %s", name, peer.name, exc)
+                log.warning("topic %r from peer %s not imported: %s", name, peer, exc)
 
     # --- Topic definitions: the operator's create and delete reach every member. ---------------
 
@@ -226,7 +279,7 @@ class Membership:
         """Forward a create made here to every peer; member name -> what happened there.
         A peer that missed it imports it at its next probe (a definition is idempotent)."""
         replies = self._fan_out("TopicCreate", {**definition(info), "forwarded": True})
-        out = {self.me.name: "created"}
+        out = {self.group.name: "created"}
         for name, got in replies.items():
             out[name] = got if isinstance(got, str) else str(got.get("result", "created"))
         return out
@@ -246,7 +299,7 @@ class Membership:
                 + ", ".join(f"{n} ({r})" for n, r in down.items())
             )
         replies = self._fan_out("TopicDelete", {"name": name, "forwarded": True})
-        out = {self.me.name: "deleted"}
+        out = {self.group.name: "deleted"}
         for peer, got in replies.items():
             out[peer] = got if isinstance(got, str) else "deleted"
         return out
@@ -255,4 +308,4 @@ class Membership:
         for p in self._peers:
             if p.channel is not None:
                 p.channel.close()
-                p.channel = None
+                p.channel, p.endpoint = None, ""

@@ -1,6 +1,9 @@
 """One replica of a group, from start to stop: follow, get promoted, lead, maybe follow again.
 
-Owns: the phases of a replica process (``txmq broker --etcd HOST:PORT --replica-group G``).
+Owns: the phases of a replica process (``txmq broker --etcd HOST:PORT --replica-group G``, or
+``txmq broker --cluster FILE --broker-name R`` for a replica of a cluster file's group), and
+what lives across them: its place in the cluster (one ``Membership``: routes name every group's
+leader, from etcd through ``GroupLeaders``).
 The election runs for the whole life of the process (leadership.py). While another replica
 leads, this one is a ``Follower`` (follower.py: store only, copying the leader's log). Once it
 leads, it closes that store and opens a full broker on the same data directory (app.serve):
@@ -25,14 +28,15 @@ from typing import Any
 import grpc
 
 from txmq import limits
-from txmq.broker.app import _bind, advertised_host, serve
+from txmq.broker.app import _bind, advertised_host, cluster_member, serve
 from txmq.broker.auth import Guard, peer_security, read_acl_file
+from txmq.broker.cluster_file import ClusterFile, Group, Member
 from txmq.broker.config import BrokerConfig
 from txmq.broker.edge import AuthInterceptor
 from txmq.broker.etcd import Etcd
 from txmq.broker.follower import Follower, add_follower_services
-from txmq.broker.leadership import Leadership
-from txmq.broker.membership import SOLO_NAME
+from txmq.broker.leadership import GroupLeaders, Leadership
+from txmq.broker.membership import SOLO_NAME, Membership
 from txmq.broker.parts import lock_data_dir, wall_ms
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError
@@ -42,15 +46,29 @@ log = logging.getLogger(__name__)
 _SHUTDOWN_GRACE_S = 1.0
 
 
-def _check(config: BrokerConfig) -> None:
-    unsupported = [
-        flag
-        # --acl-file and --tls-cert are taken: the follower serves them too (_follow).
-        for flag, value in (("--cluster", config.cluster_file),)
-        if value is not None
-    ]
-    if unsupported:
-        raise ConfigError(f"a replica (--etcd) does not take {', '.join(unsupported)} yet")
+def _cluster_of(config: BrokerConfig) -> tuple[ClusterFile, Member, str]:
+    """(the cluster, this replica, the cluster name its etcd keys live under): the cluster
+    file's, else a cluster of the one group ``--replica-group`` whose other replicas this one
+    learns from etcd only (keys under the name ``txmq``, as before cluster files had groups).
+
+    Raises:
+        ClusterFileError: the file is bad or names no member this replica is.
+        ConfigError: ``--replica-group`` names another group than the file gives this replica.
+    """
+    found = cluster_member(config)
+    if found is not None:
+        cluster, me = found
+        group = cluster.group_of(me).name
+        if config.replica_group and config.replica_group != group:
+            raise ConfigError(
+                f"--replica-group {config.replica_group} but the cluster file puts "
+                f"{me.name} in group {group}"
+            )
+        return cluster, me, cluster.name
+    host, port = advertised_host(config), config.port or _free_port(config.host)
+    me = Member(config.broker_name or f"{host}:{port}", host, port)
+    alone = Group(config.replica_group or config.broker_name, (me,))
+    return ClusterFile.of_groups(SOLO_NAME, (alone,)), me, SOLO_NAME
 
 
 def _free_port(host: str) -> int:
@@ -68,13 +86,14 @@ async def serve_replica(
     hangup: asyncio.Event | None = None,
 ) -> None:
     """Run one replica until ``stop`` is set; ``ready(port)`` once, when it first listens."""
-    _check(config)
-    group = config.replica_group or config.broker_name
-    config = dataclasses.replace(config, port=config.port or _free_port(config.host))
-    endpoint = f"{advertised_host(config)}:{config.port}"
-    leadership = Leadership(
-        Etcd(config.etcd), SOLO_NAME, group, config.broker_name or endpoint, endpoint
-    )
+    cluster, me, keys = _cluster_of(config)
+    group = cluster.group_of(me).name
+    # A replica binds the port its cluster file gives it: the file is what peers dial.
+    config = dataclasses.replace(config, port=me.port, replica_group=group)
+    etcd = Etcd(config.etcd)
+    leadership = Leadership(etcd, keys, group, me.name, me.endpoint)
+    leaders = GroupLeaders(etcd, keys, group, leadership)
+    membership = Membership(cluster, me, now_ms=wall_ms, leader_of=leaders.leader_of)
     announced: list[int] = []
 
     def once(port: int) -> None:
@@ -82,16 +101,20 @@ async def serve_replica(
             ready(port)
         announced.append(port)
 
-    steps = asyncio.create_task(leadership.run())
+    steps = [asyncio.create_task(leadership.run())]
+    if membership.peers:
+        steps.append(asyncio.create_task(leaders.run()))
     try:
         while not stop.is_set():
             if leadership.leads():
-                await _lead(config, leadership, stop, hangup, once)
+                await _lead(config, leadership, membership, stop, hangup, once)
             else:
-                await _follow(config, leadership, group, stop, once)
+                await _follow(config, leadership, membership, stop, once)
     finally:
-        steps.cancel()
-        await asyncio.gather(steps, return_exceptions=True)
+        for t in steps:
+            t.cancel()
+        await asyncio.gather(*steps, return_exceptions=True)
+        membership.close()
         if leadership.leads():
             await leadership.resign()  # a clean stop hands over within an observe period
 
@@ -99,6 +122,7 @@ async def serve_replica(
 async def _lead(
     config: BrokerConfig,
     leadership: Leadership,
+    membership: Membership,
     stop: asyncio.Event,
     hangup: asyncio.Event | None,
     ready: Callable[[int], None],
@@ -115,7 +139,14 @@ async def _lead(
 
     watcher = asyncio.create_task(watch())
     try:
-        await serve(config, ready=ready, stop=lead_stop, hangup=hangup, leadership=leadership)
+        await serve(
+            config,
+            ready=ready,
+            stop=lead_stop,
+            hangup=hangup,
+            leadership=leadership,
+            membership=membership,
+        )
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
@@ -126,7 +157,7 @@ async def _lead(
 async def _follow(
     config: BrokerConfig,
     leadership: Leadership,
-    group: str,
+    membership: Membership,
     stop: asyncio.Event,
     ready: Callable[[int], None],
 ) -> None:
@@ -134,13 +165,16 @@ async def _follow(
     # the follower calls its leader signed and over TLS (auth.peer_security).
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
     peers = peer_security(config, acl)
+    membership.security = peers
     credentials = server_credentials(config)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_data_dir(config.data_dir)
     try:
-        follower = await asyncio.to_thread(Follower, config, leadership, group, peers)
+        follower = await asyncio.to_thread(
+            Follower, config, leadership, membership.group.name, peers
+        )
         try:
-            server = _follower_server(config, follower, acl)
+            server = _follower_server(config, follower, membership, acl)
             port = _bind(server, config, config.port, credentials)
             await server.start()
             ready(port)
@@ -154,11 +188,13 @@ async def _follow(
         os.close(lock_fd)
 
 
-def _follower_server(config: BrokerConfig, follower: Follower, acl: Acl | None) -> Any:
+def _follower_server(
+    config: BrokerConfig, follower: Follower, membership: Membership, acl: Acl | None
+) -> Any:
     edge = None
     if acl is not None and config.acl_file is not None:
         guard = Guard(acl, source=config.acl_file, transaction_topic=lambda _tid: None)
         edge = [AuthInterceptor(guard, wall_ms)]
     server = grpc.aio.server(interceptors=edge, options=[("grpc.so_reuseport", 0)])
-    add_follower_services(server, follower)
+    add_follower_services(server, follower, membership)
     return server

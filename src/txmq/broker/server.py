@@ -114,7 +114,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
     def route(self, topic: str) -> list[Any]:
         """The topic's queues on every live member of the cluster (routes.py says how)."""
         info = self.topics.ensure(mapping.validate_topic(topic, allow_system=True))
-        return routes.message_queues(info, self.membership.live_members())
+        return routes.message_queues(info, self.membership.route_targets())
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         async def work() -> Any:
