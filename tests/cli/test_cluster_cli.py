@@ -39,17 +39,18 @@ def _lines(proc: subprocess.Popen[str], n: int, timeout_s: float) -> list[str]:
     return list(out)
 
 
-def _two_free_ports() -> int:
-    """A free port whose successor is free too (cluster up takes consecutive ports)."""
+def _two_free_ports(n: int = 2) -> int:
+    """A free port whose ``n - 1`` successors are free too (cluster up takes consecutive ports)."""
     for _ in range(50):
         port = free_ports(1)[0]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        try:
+            for k in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + k))
+        except OSError:
+            continue
         return port
-    raise AssertionError("no two consecutive free ports in 50 tries")
+    raise AssertionError(f"no {n} consecutive free ports in 50 tries")
 
 
 def test_cluster_up_status_views_and_clean_stop(tmp_path: Path) -> None:

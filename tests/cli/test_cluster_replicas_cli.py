@@ -1,5 +1,6 @@
-"""``txmq cluster up --replicas 2`` (a local etcd and two replica processes) and the replica view
-of ``txmq cluster status``: one leader, one follower, both in sync, the epoch and lags; a
+"""``txmq cluster up --brokers 2 --replicas 2`` (a local etcd, two groups of two replica
+processes) and the replica view of ``txmq cluster status``: in each group one leader, one
+follower, both in sync, the epoch and lags, every replica listed when one endpoint is given; a
 missing etcd binary is one line naming Debian's package."""
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from tests.integration.etcd_fixtures import ensure_etcd
 
 
 def _replicas(port: int) -> list[dict[str, object]]:
-    eps = f"127.0.0.1:{port};127.0.0.1:{port + 1}"
-    r = txmq("cluster", "status", "--json", "--endpoints", eps)
+    # One endpoint: the status finds every replica of every group through it.
+    r = txmq("cluster", "status", "--json", "--endpoints", f"127.0.0.1:{port + 1}")
     if r.returncode != 0:
         return []
     rows: list[dict[str, object]] = json.loads(r.stdout)["replicas"]
@@ -28,44 +29,56 @@ def _replicas(port: int) -> list[dict[str, object]]:
 
 def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
     ensure_etcd()
-    port = _two_free_ports()
+    port = _two_free_ports(4)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", "1", "--replicas",
+    cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", "2", "--replicas",
            "2", "--data-dir", str(tmp_path / "c"), "--port", str(port)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        lines = _lines(proc, 3, 60)
+        lines = _lines(proc, 5, 60)
         assert lines[0].startswith("txmq etcd listening on 127.0.0.1:"), lines
         assert lines[1:] == [
-            f"txmq broker replica-{i} listening on 127.0.0.1:{port + i}" for i in range(2)
+            f"txmq broker replica-{k} listening on 127.0.0.1:{port + k}" for k in range(4)
         ], lines
 
         def settled() -> bool:
             rows = _replicas(port)
-            roles = sorted(str(r.get("role")) for r in rows)
+            roles = sorted((str(r.get("group")), str(r.get("role"))) for r in rows)
             leaders = [r for r in rows if r.get("role") == "leader"]
-            return roles == ["follower", "leader"] and len(leaders[0]["in_sync"]) == 2  # type: ignore[arg-type]
+            return roles == [
+                ("group-0", "follower"), ("group-0", "leader"),
+                ("group-1", "follower"), ("group-1", "leader"),
+            ] and all(len(r["in_sync"]) == 2 for r in leaders)  # type: ignore[arg-type]  # fmt: skip
 
-        wait_until(settled, 30, "a leader with its follower in sync")
+        wait_until(settled, 30, "a leader with its follower in sync in each group")
         rows = _replicas(port)
-        leader = next(r for r in rows if r["role"] == "leader")
-        follower = next(r for r in rows if r["role"] == "follower")
-        assert follower["leader"] == leader["name"] and follower["epoch"] == leader["epoch"]
-        assert int(str(leader["epoch"])) > 0
-        at_leader = ["--endpoints", str(leader["endpoint"])]
+        assert [r["name"] for r in rows] == [f"replica-{k}" for k in range(4)]
+        for group in ("group-0", "group-1"):
+            leader = next(r for r in rows if r["role"] == "leader" and r["group"] == group)
+            follower = next(r for r in rows if r["role"] == "follower" and r["group"] == group)
+            assert follower["leader"] == leader["name"] and follower["epoch"] == leader["epoch"]
+            assert int(str(leader["epoch"])) > 0
+        leader = next(r for r in rows if r["role"] == "leader" and r["group"] == "group-0")
+        follower = next(r for r in rows if r["role"] == "follower" and r["group"] == "group-0")
         refused = txmq("topic", "create", "t", "--endpoints", str(follower["endpoint"]))
         assert refused.returncode == 1
         assert f"the leader is {leader['name']} at {leader['endpoint']}" in refused.stderr
-        ok("topic", "create", "t", "--queues", "2", *at_leader)
-        ok("send", "t", "hello", *at_leader)  # SYNC: acknowledged once on both replicas
+        every = ";".join(f"127.0.0.1:{port + k}" for k in range(4))
+        ok("topic", "create", "t", "--queues", "2", "--endpoints", every)  # skips followers
+        ok("send", "t", "hello", "--endpoints", str(leader["endpoint"]))  # SYNC: on both
+
+        before = sum(int(str(r["end"])) for r in rows)
 
         def caught_up() -> bool:
-            ends = {str(r["name"]): r["end"] for r in _replicas(port)}
-            return len(set(ends.values())) == 1 and ends[str(leader["name"])] != leader["end"]
+            now = _replicas(port)
+            ends = {g: {r["end"] for r in now if r["group"] == g} for g in ("group-0", "group-1")}
+            moved = sum(int(str(r["end"])) for r in now) > before
+            return moved and all(len(e) == 1 for e in ends.values())
 
-        wait_until(caught_up, 10, "the follower at the leader's end")
-        table = ok("cluster", "status", "--endpoints", f"127.0.0.1:{port};127.0.0.1:{port + 1}")
+        wait_until(caught_up, 10, "each follower at its leader's end")
+        table = ok("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
         assert "leader" in table and "follower" in table and "in sync" in table
+        assert "group-1" in table
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)

@@ -1,8 +1,9 @@
 """``txmq cluster``: start a cluster of brokers on this machine (``up``) and show one (``status``).
 
 Owns: ``cluster up`` (writes DIR/cluster.toml, starts one ``txmq broker --cluster`` process per
-member on consecutive ports with data dirs DIR/broker-<i>, prints each member's "listening" line,
-stops them all on SIGTERM or Ctrl-C) and ``cluster status`` (every member: reachable or not, its
+member on consecutive ports with data dirs DIR/<member>, prints each member's "listening" line,
+stops them all on SIGTERM or Ctrl-C; with ``--replicas R`` the members are N groups of R
+replicas and a local etcd runs beside them unless ``--etcd`` names one) and ``cluster status`` (every member: reachable or not, its
 disk, topics, queues and messages, asked of each member itself).
 Must not: supervise beyond reporting: a member that dies is reported, not restarted (an operator
 or a service manager decides), and the others keep serving their queues.
@@ -87,7 +88,9 @@ def _stop_all(procs: dict[str, subprocess.Popen[str]]) -> int:
 @cluster.command(
     "up", context_settings={"ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
 )
-@click.option("--brokers", "count", help="N, or auto (one per core).  [default: 2]")
+@click.option(
+    "--brokers", "count", help="N, or auto (one per core).  [default: 2; 1 with --replicas]"
+)
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path, file_okay=False))
 @click.option("--port", default=8081, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -96,7 +99,7 @@ def _stop_all(procs: dict[str, subprocess.Popen[str]]) -> int:
     default=1,
     show_default=True,
     type=click.IntRange(1, limits.REPLICAS_MAX),
-    help="Replicas of the broker, led through etcd (with --brokers 1).",
+    help="Replicas of each broker (a group each), led through etcd.",
 )
 @click.option("--etcd", help="etcd HOST:PORT for --replicas (default: start one in DIR/etcd).")
 @click.option("--async", "async_", is_flag=True, help="With --replicas: acknowledge on the leader.")
@@ -117,67 +120,57 @@ def up(
     after `--` go to every broker (e.g. `-- --transaction-timeout-ms 800`). Runs until SIGTERM
     or Ctrl-C, then stops every broker cleanly.
 
-    With --replicas R: one broker as a group of R replicas (ports PORT..PORT+R-1, data in
-    DIR/replica-<i>), SYNC replication (a write is acknowledged once it is on 2 replicas; --async:
-    on the leader), leadership through etcd (--etcd, or a local etcd in DIR/etcd).
+    With --replicas R: N groups (group-<g>) of R replicas each, N x R processes replica-<k> on
+    ports PORT..PORT+N*R-1 (group g has replicas k = g*R..g*R+R-1), data in DIR/replica-<k>;
+    SYNC replication (a write is acknowledged once it is on 2 replicas; --async: on the
+    leader), leadership through etcd (--etcd, or a local etcd in DIR/etcd).
     """
-    if replicas > 1:
-        if count not in (None, "1"):
-            raise click.BadParameter("several brokers of replicas are not built yet: --brokers 1")
-        _up_replicas(data_dir, port, host, replicas, etcd, 1 if async_ else 2, broker_args)
-        return
-    n = _brokers(count or "2")
-    if port + n - 1 > 65535:
-        raise click.BadParameter(f"ports {port}..{port + n - 1} do not fit below 65536")
-    members = tuple(Member(f"broker-{i}", host, port + i) for i in range(n))
-    data_dir.mkdir(parents=True, exist_ok=True)
-    cluster_path = data_dir / CLUSTER_FILE_NAME
-    write(cluster_path, ClusterFile(data_dir.resolve().name or "txmq", members))
-    stop = _stop_on_signals()
-    procs: dict[str, subprocess.Popen[str]] = {}
-    try:
-        for m in members:
-            procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, broker_args)
-        _announce(procs, data_dir)
-        _watch(procs, stop)
-    finally:
-        code = _stop_all(procs)
-    sys.exit(code)
-
-
-def _up_replicas(
-    data_dir: Path,
-    port: int,
-    host: str,
-    replicas: int,
-    etcd: str | None,
-    min_insync: int,
-    extra: tuple[str, ...],
-) -> None:
-    if port + replicas - 1 > 65535:
-        raise click.BadParameter(f"ports {port}..{port + replicas - 1} do not fit below 65536")
+    n = _brokers(count or ("1" if replicas > 1 else "2"))
+    if etcd is not None and replicas == 1:
+        raise click.BadParameter("--etcd goes with --replicas R (R > 1)")
+    if port + n * replicas - 1 > 65535:
+        raise click.BadParameter(f"ports {port}..{port + n * replicas - 1} do not fit below 65536")
     data_dir.mkdir(parents=True, exist_ok=True)
     local = None
-    if etcd is None:
+    if replicas > 1 and etcd is None:
         local, etcd = cluster_replicas.start_etcd(data_dir, host)
         click.echo(f"txmq etcd listening on {etcd}")
-    stop = _stop_on_signals()
-    procs: dict[str, subprocess.Popen[str]] = {}
+    name = data_dir.resolve().name or "txmq"
+    if replicas > 1:
+        layout = cluster_replicas.layout(name, n, replicas, host, port, etcd or "")
+        extra = ("--min-insync-replicas", "1" if async_ else "2", *broker_args)
+    else:
+        layout = ClusterFile(name, tuple(Member(f"broker-{i}", host, port + i) for i in range(n)))
+        extra = broker_args
+    cluster_path = data_dir / CLUSTER_FILE_NAME
+    write(cluster_path, layout)
     try:
-        for i in range(replicas):
-            cmd = cluster_replicas.replica_command(i, data_dir, host, port, etcd, min_insync, extra)
-            with (data_dir / f"replica-{i}.log").open("a") as log:
-                procs[f"replica-{i}"] = subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, stderr=log, text=True
-                )
-        _announce(procs, data_dir)
-        _watch(procs, stop)
+        code = _run(layout.members, data_dir, cluster_path, host, extra)
     finally:
-        code = _stop_all(procs)
         if local is not None:
             local.terminate()
             local.wait(timeout=STOP_TIMEOUT_S)
     sys.exit(code)
+
+
+def _run(
+    members: tuple[Member, ...],
+    data_dir: Path,
+    cluster_path: Path,
+    host: str,
+    extra: tuple[str, ...],
+) -> int:
+    """One process per member until a signal; the worst exit code of their clean stop."""
+    stop = _stop_on_signals()
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for m in members:
+            procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, extra)
+        _announce(procs, data_dir)
+        _watch(procs, stop)
+    finally:
+        code = _stop_all(procs)
+    return code
 
 
 def _announce(procs: dict[str, subprocess.Popen[str]], data_dir: Path) -> None:

@@ -1,9 +1,10 @@
-"""``txmq cluster up --replicas R`` and the replica view of ``txmq cluster status`` (issue 19).
+"""``txmq cluster up --brokers N --replicas R`` and the replica view of ``txmq cluster status``.
 
-Owns: starting a local etcd when none is given (``--etcd``), the R replica processes of one
-group (``txmq broker --etcd E --replica-group group-0``, data in DIR/replica-<i>, ports
-PORT..PORT+R-1), and reading each replica's ``txmq.replica.v1.Replica/Status`` for the status
-table (role, leader, epoch, in-sync replicas, lag in bytes).
+Owns: starting a local etcd when none is given (``--etcd``), the layout of N groups of R
+replicas (group-<g>, replica-<k> on port PORT+k, k = g*R+i; cluster.py starts them with the
+cluster file), and the status table: every replica of every group (found through ClusterInfo,
+which any member answers), each one's ``txmq.replica.v1.Replica/Status`` (role, leader, epoch,
+in-sync replicas, lag in bytes).
 Must not: elect or supervise beyond reporting (cluster.py's rules apply).
 """
 
@@ -12,16 +13,17 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from txmq.broker.cluster_file import ClusterFile, Group, Member
 from txmq.broker.etcd_server import start_local_etcd
 from txmq.broker.replication import SERVICE
+from txmq.client.admin import call
+from txmq.errors import TxmqError
 
-GROUP = "group-0"
 STATUS_TIMEOUT_S = 2.0
 
 
@@ -31,15 +33,22 @@ def start_etcd(data_dir: Path, host: str) -> tuple[subprocess.Popen[bytes], str]
     return start_local_etcd(data_dir / "etcd", host)
 
 
-def replica_command(
-    i: int, data_dir: Path, host: str, port: int, etcd: str, min_insync: int, extra: tuple[str, ...]
-) -> list[str]:
-    return [
-        sys.executable, "-m", "txmq.broker",
-        "--data-dir", str(data_dir / f"replica-{i}"), "--host", host, "--port", str(port + i),
-        "--etcd", etcd, "--replica-group", GROUP, "--broker-name", f"replica-{i}",
-        "--min-insync-replicas", str(min_insync), *extra,
-    ]  # fmt: skip
+def layout(name: str, groups: int, replicas: int, host: str, port: int, etcd: str) -> ClusterFile:
+    """N groups of R replicas on consecutive ports, led through ``etcd``."""
+    return ClusterFile.of_groups(
+        name,
+        tuple(
+            Group(
+                f"group-{g}",
+                tuple(
+                    Member(f"replica-{k}", host, port + k)
+                    for k in range(g * replicas, (g + 1) * replicas)
+                ),
+            )
+            for g in range(groups)
+        ),
+        etcd,
+    )
 
 
 def replica_status(endpoint: str) -> dict[str, Any] | None:
@@ -56,23 +65,42 @@ def replica_status(endpoint: str) -> dict[str, Any] | None:
     return doc
 
 
+def _replicas_of(endpoints: list[str]) -> list[tuple[str, str]]:
+    """(group, endpoint) of every replica of the cluster behind ``endpoints`` (ClusterInfo,
+    which leaders and followers answer), then any given endpoint it did not list."""
+    try:
+        info = call(";".join(endpoints), "ClusterInfo", {}, timeout_s=STATUS_TIMEOUT_S)
+        found = [
+            (str(g["name"]), str(r["endpoint"]))
+            for g in info["members"]
+            for r in g.get("replicas", [])
+        ]
+    except TxmqError:
+        found = []
+    listed = {e for _, e in found}
+    return found + [("", e) for e in endpoints if e not in listed]
+
+
 def replica_rows(endpoints: list[str]) -> list[dict[str, Any]] | None:
-    """One row per endpoint, or None when no endpoint is a replica (a plain cluster)."""
-    found = [(e, replica_status(e)) for e in endpoints]
-    if all(doc is None for _, doc in found):
+    """One row per replica, or None when no endpoint is a replica (a plain cluster)."""
+    found = [(g, e, replica_status(e)) for g, e in _replicas_of(endpoints)]
+    if all(doc is None for _, _, doc in found):
         return None
     rows = []
-    for endpoint, doc in found:
+    for group, endpoint, doc in found:
         if doc is None:
-            rows.append({"name": "?", "endpoint": endpoint, "up": False})
+            rows.append({"group": group, "name": "?", "endpoint": endpoint, "up": False})
             continue
         row = {k: v for k, v in doc.items() if k != "ok"}
-        rows.append({"endpoint": endpoint, "up": True, **row})
+        rows.append({"group": group, "endpoint": endpoint, "up": True, **row})
     return rows
 
 
 def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    cols = ["replica", "endpoint", "up", "role", "leader", "epoch", "end", "in sync", "lag bytes"]
+    cols = [
+        "group", "replica", "endpoint", "up", "role", "leader", "epoch", "end", "in sync",
+        "lag bytes",
+    ]  # fmt: skip
     out = []
     for r in rows:
         lag = r.get("lag_bytes", "-")
@@ -81,7 +109,8 @@ def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
         in_sync = r.get("in_sync")
         out.append(
             [
-                r.get("name", "?"), r["endpoint"], "up" if r["up"] else "DOWN",
+                r.get("group") or "-", r.get("name", "?"), r["endpoint"],
+                "up" if r["up"] else "DOWN",
                 r.get("role", "-"), r.get("leader", "-"), r.get("epoch", "-"), r.get("end", "-"),
                 ", ".join(in_sync) if isinstance(in_sync, list) else "-", lag,
             ]

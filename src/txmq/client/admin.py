@@ -44,9 +44,10 @@ def call(
     security: ClientSecurity | None = None,
     credentials: Any = None,
 ) -> Any:
-    """Call one admin method on the first of ``endpoints`` (``H:P1;H:P2``) that answers;
-    returns the decoded result. ``security`` defaults to the running command's options
-    (client/security.py): credentials sign the call, TLS wraps it. ``credentials`` (anything
+    """Call one admin method on the first of ``endpoints`` (``H:P1;H:P2``) that answers and
+    is not a follower replica (which refuses, naming its leader); returns the decoded result.
+    ``security`` defaults to the running command's options (client/security.py): credentials
+    sign the call, TLS wraps it. ``credentials`` (anything
     with ``access_key`` and ``secret_key``) replaces its keys. In a cluster any member answers
     for the cluster's topic definitions; per-broker state is asked of each (``cluster_call``).
 
@@ -58,7 +59,7 @@ def call(
     for address in addresses[:-1]:
         try:
             return _call_one(address, method, args, timeout_s, security, credentials)
-        except BrokerUnavailableError:
+        except (BrokerUnavailableError, errors.NotLeaderError):
             continue
     return _call_one(addresses[-1], method, args, timeout_s, security, credentials)
 
