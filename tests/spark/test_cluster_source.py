@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import wait_until
+from tests.integration.etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 from tests.integration.test_cluster import Cluster, create_topic, definitions
+from tests.integration.test_replica_groups import Groups
 from tests.spark.conftest import produce
 
 
@@ -90,3 +92,29 @@ def test_the_sink_writes_through_the_cluster_once_per_batch_id(
     rows = spark.read.format("txmq").option("endpoints", b1.endpoints).option("topic", "cs-sink")
     got = sorted(r.b for r in rows.load().selectExpr("string(body) AS b").collect())
     assert got == sorted(str(i) for i in range(30))
+
+
+@pytest.fixture
+def groups(tmp_path: Path, etcd_endpoint: str) -> Iterator[Groups]:  # noqa: F811
+    c = Groups(tmp_path, etcd_endpoint, 2, 2)
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_reads_every_queue_of_every_replica_group_through_the_leaders(
+    groups: Groups, spark: Any, seed: int
+) -> None:
+    """Two groups of two replicas: the source, given one follower's endpoint, learns the
+    cluster from it (ClusterInfo: each group at its leader) and reads one partition per queue
+    of each group, committed messages only."""
+    leaders = groups.leaders()
+    made = [produce(leaders["group-0"].endpoints, "gs", 20, seed, prefix="g0")]
+    wait_until(lambda: "gs" in definitions(leaders["group-1"]), 15, "the topic on group-1")
+    made.append(produce(leaders["group-1"].endpoints, "gs", 20, seed, prefix="g1"))
+    follower = next(b for b in groups.replicas.values() if b not in leaders.values())
+    df = spark.read.format("txmq").option("endpoints", follower.endpoints).option("topic", "gs")
+    loaded = df.load()
+    assert loaded.rdd.getNumPartitions() == 8  # 4 queues (the default) on each of 2 groups
+    rows = sorted(r.b for r in loaded.selectExpr("string(body) AS b").collect())
+    assert rows == sorted(made[0].committed | made[1].committed)
