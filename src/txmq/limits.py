@@ -439,4 +439,8 @@ REPLICA_ACK_TIMEOUT_MS: Final = 5_000
 # A follower asks for the leader's topic definitions this often (they are not in the log).
 REPLICA_TOPICS_PERIOD_MS: Final = 1_000
 assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
+# (epoch, start offset) pairs a store's leader-epoch history keeps (store/epochs.py): one per
+# change of leader whose records the log holds. The oldest go first; a follower whose shared
+# epoch was forgotten only truncates deeper (to the next shared one, or 0).
+REPLICA_EPOCHS_MAX: Final = 1_024
 assert REPLICA_FETCH_WAIT_MS < ETCD_CALL_TIMEOUT_MS

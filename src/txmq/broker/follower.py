@@ -2,11 +2,13 @@
 
 Owns: the fetch loop (long polls to the leader's Replica channel from this store's end, each
 answer appended verbatim by ``store.replica.append_shipped``), the leader's topic definitions
-(every ``REPLICA_TOPICS_PERIOD_MS``), a divergent tail (the leader does not hold our last record:
-the store is emptied and fetched again from 0, the coarsest truncation that is always right),
-and the follower's gRPC face: QueryRoute and QueryAssignment answer every group's leader under
-the group's name (membership.py), writes are refused with HA_NOT_AVAILABLE naming the leader,
-Replica.Status says "follower".
+(every ``REPLICA_TOPICS_PERIOD_MS``), the leader's epoch history as its records arrive
+(store/epochs.py), a divergent tail (the leader does not hold our last record: the leader's
+epoch history gives the end of the largest epoch both logs hold, and the store is cut there,
+store/truncate.py, then fetched from there; ADR 0005), and the follower's gRPC face:
+QueryRoute and QueryAssignment answer every group's leader under the group's name
+(membership.py), writes are refused with HA_NOT_AVAILABLE naming the leader, Replica.Status
+says "follower".
 Must not: take writes or run the transaction book, deliveries or check-backs: all of those
 start from the log when this replica is promoted (replica_node.py opens a full broker then).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable
@@ -45,15 +48,19 @@ from txmq.errors import (
     CorruptRecordError,
     NotLeaderError,
     TopicNotFoundError,
+    invariant,
 )
 from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
+from txmq.store.epochs import EpochFile, EpochStart, divergence_point
 from txmq.store.replica import append_shipped, last_of, tail_of
 from txmq.store.store import Store
+from txmq.store.truncate import truncate_closed
 from txmq.txn.coordinator import SNAPSHOT_FILE
 
 log = logging.getLogger(__name__)
 _DIVERGED = "is not the leader's"
+_DISCARDED = "store.discarded"  # a wiped store is renamed here first, then removed
 
 
 def _drop_broker_state(data_dir: Path) -> None:
@@ -100,12 +107,20 @@ class Follower:
         self.group = group
         self.store_dir: Path = config.data_dir / "store"
         _drop_broker_state(config.data_dir)
+        discarded = self.store_dir.with_name(_DISCARDED)
+        if discarded.exists():  # a wipe that a crash interrupted
+            shutil.rmtree(discarded)
         self.store = Store.open(self.store_dir, config.store, now_ms=leadership.clock)
+        self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.topics = TopicRegistry(
             config.data_dir / "topics.json", self.store.disk, auto_create=False, default_queues=1
         )
         self.last = tail_of(self.store)
         self.leader_end = 0
+        # Log bytes fetched, and cut by truncations, since this follower started.
+        self.fetched_bytes = 0
+        self.truncated_bytes = 0
+        self.truncations = 0
         # In sync as of our last contact with the leader: caught up to its end within
         # REPLICA_LAG_MAX_MS before our last successful fetch (ADR 0005). A fresh process is.
         self.fetched_ms = 0
@@ -122,12 +137,26 @@ class Follower:
             asyncio.get_running_loop().create_task(self._channel[1].close())
         self.store.close()
 
-    def _stub(self, endpoint: str) -> Any:
+    def _stub(self, endpoint: str, method: str = "Fetch") -> Any:
         if self._channel is None or self._channel[0] != endpoint:
             if self._channel is not None:
                 asyncio.get_running_loop().create_task(self._channel[1].close())
             self._channel = (endpoint, open_aio_channel(endpoint, self.security))
-        return self._channel[1].unary_unary(f"/{SERVICE}/Fetch")
+        return self._channel[1].unary_unary(f"/{SERVICE}/{method}")
+
+    async def _call(self, endpoint: str, method: str, args: dict[str, Any]) -> bytes | None:
+        """One call to the leader's Replica channel; None (logged, after a pause) on failure."""
+        call = self._stub(endpoint, method)
+        timeout = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
+        try:
+            # Signed with the wall clock: the lease clock is monotonic, not a date.
+            metadata = self.security.metadata(time.time_ns() // 1_000_000)
+            reply: bytes = await call(json.dumps(args).encode(), timeout=timeout, metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            log.info("%s from %s failed: %s", method, endpoint, exc.code())
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            return None
+        return reply
 
     async def step(self) -> None:
         """One fetch from the current leader (or a short wait when there is none)."""
@@ -144,34 +173,34 @@ class Follower:
             "last": list(self.last) if self.last else None,
             "topics": want_topics,
         }
-        call = self._stub(leader.endpoint)
-        timeout = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
-        try:
-            # Signed with the wall clock: the lease clock is monotonic, not a date.
-            metadata = self.security.metadata(time.time_ns() // 1_000_000)
-            reply = await call(json.dumps(args).encode(), timeout=timeout, metadata=metadata)
-        except grpc.aio.AioRpcError as exc:
-            log.info("fetch from %s failed: %s", leader.endpoint, exc.code())
-            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+        reply = await self._call(leader.endpoint, "Fetch", args)
+        if reply is None:
             return
-        await self._apply(reply, want_topics, now)
-
-    async def _apply(self, reply: bytes, want_topics: bool, now: int) -> None:
         header, payload = channels.split(reply, "Fetch")
-        data = bytes(payload)
+        if not header.get("ok") and _DIVERGED in str(header.get("error", "")):
+            await self._diverged(leader.endpoint, leader.epoch)
+            return
+        await self._apply(header, bytes(payload), want_topics, now)
+
+    async def _apply(
+        self, header: dict[str, Any], data: bytes, want_topics: bool, now: int
+    ) -> None:
         if not header.get("ok"):
-            if _DIVERGED in str(header.get("error", "")):
-                await asyncio.to_thread(self._start_over)
-                return
             log.info("leader refused a fetch: %s", header.get("error"))
             await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
             return
         if data:
-            end = await asyncio.to_thread(append_shipped, self.store, data)
+            start = self.store.log_end_offset
+            pairs = [(int(e), int(s)) for e, s in header.get("epochs", [])]
+            end = await asyncio.to_thread(self._append, data, pairs)
             if end != header["next_offset"]:
                 raise CorruptRecordError(end, f"leader said next offset {header['next_offset']}")
             self.last = last_of(data)
+            self.fetched_bytes += end - start
         self.leader_end = int(header["leader_end"])
+        # What the group acknowledged, as far as this log holds it: never cut (ADR 0005).
+        committed = min(int(header.get("committed", 0)), self.store.log_end_offset)
+        self.leadership.committed = max(self.leadership.committed, committed)
         self.fetched_ms = now
         if self.store.log_end_offset >= self.leader_end:
             self.caught_up_ms = now
@@ -189,13 +218,53 @@ class Follower:
                 self.store.disk.write_atomic, self.config.data_dir / POSITIONS_FILE, raw
             )
 
-    def _start_over(self) -> None:
-        """Our tail is not the leader's: drop the whole store and fetch again from 0."""
-        log.warning("this replica's log diverged from its leader: fetching it again from 0")
+    def _append(self, data: bytes, pairs: list[EpochStart]) -> int:
+        """The leader's epochs that start in ``data`` first (durable), then its records."""
+        self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
+        return append_shipped(self.store, data)
+
+    async def _diverged(self, endpoint: str, epoch: int) -> None:
+        """Our tail is not the leader's: ask for its epoch history (Kafka's
+        OffsetsForLeaderEpoch) and cut our log where the two last agree."""
+        reply = await self._call(endpoint, "Epochs", {"epoch": epoch})
+        if reply is None:
+            return
+        header, _ = channels.split(reply, "Epochs")
+        if not header.get("ok"):
+            log.info("leader refused its epochs: %s", header.get("error"))
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            return
+        theirs = [(int(e), int(s)) for e, s in header["epochs"]]
+        end = self.store.log_end_offset
+        point = divergence_point(self.epochs.history, end, theirs, int(header["end"]))
+        invariant(
+            point >= self.leadership.committed,
+            f"a divergent tail from {point} would cut acknowledged records below"
+            f" {self.leadership.committed}",
+        )
+        await asyncio.to_thread(self._truncate, point if point < end else 0)
+
+    def _truncate(self, point: int) -> None:
+        """Cut the store at ``point`` (below its log start: wipe it), then reopen it."""
+        end, start = self.store.log_end_offset, self.store.log_start_offset
+        log.warning(
+            "this replica's log diverged from its leader: cutting %d bytes from %d",
+            end - point,
+            point,
+        )
+        disk = self.store.disk
         self.store.close()
-        shutil.rmtree(self.store_dir)
+        if point >= start:
+            self.truncated_bytes += truncate_closed(self.store_dir, self.config.store, point, disk)
+        else:
+            discarded = self.store_dir.with_name(_DISCARDED)
+            os.replace(self.store_dir, discarded)  # one atomic step: never half a store
+            shutil.rmtree(discarded)
+            self.truncated_bytes += end - start
+        self.truncations += 1
         self.store = Store.open(self.store_dir, self.config.store, now_ms=self.leadership.clock)
-        self.last = None
+        self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
+        self.last = tail_of(self.store)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow until this replica leads or ``stop`` is set."""
@@ -213,6 +282,10 @@ class Follower:
             "epoch": leader.epoch if leader else 0,
             "end": end,
             "lag_bytes": max(0, self.leader_end - end),
+            "fetched_bytes": self.fetched_bytes,
+            "truncated_bytes": self.truncated_bytes,
+            "truncations": self.truncations,
+            "epochs": [list(p) for p in self.epochs.history],
         }
 
 
@@ -308,6 +381,7 @@ def add_follower_services(server: Any, follower: Follower, membership: Membershi
 
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
+        "Epochs": grpc.unary_unary_rpc_method_handler(fetch),
         "Status": grpc.unary_unary_rpc_method_handler(status),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -63,6 +63,10 @@ class Leadership:
         # May this replica campaign? A follower says no while it was not in sync with the
         # last leader it fetched from (follower.py).
         self.eligible: Callable[[], bool] = lambda: True
+        # The group's durable end as this replica last knew it (leading: what it acknowledged
+        # with SYNC replication; following: its leader's, cut to its own end): a divergent
+        # tail never starts below it (follower.py asserts it). In memory: 0 after a restart.
+        self.committed = 0
         self.errors = 0
 
     @property

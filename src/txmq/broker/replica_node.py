@@ -131,8 +131,14 @@ async def _lead(
     log.info("leading group as %s (epoch %s)", leadership.election.me, leader and leader.epoch)
     lead_stop = asyncio.Event()
 
+    epoch = leader.epoch if leader else 0
+
+    def same_term() -> bool:  # led again under a new epoch unseen: restart, to stamp it
+        now = leadership.leader
+        return leadership.leads() and now is not None and now.epoch == epoch
+
     async def watch() -> None:
-        while not stop.is_set() and leadership.leads():
+        while not stop.is_set() and same_term():
             with contextlib.suppress(TimeoutError):  # look at the lease again
                 await asyncio.wait_for(stop.wait(), limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
         lead_stop.set()

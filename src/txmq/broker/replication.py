@@ -1,7 +1,9 @@
 """The leader's side of a replica group: the Replica channel, the in-sync set, SYNC acks.
 
 Owns: ``txmq.replica.v1.Replica`` (``Fetch``: a follower's long poll for the commit log from
-its end offset; ``Status``: this replica's role, leader, epoch, end, in-sync set and lags),
+its end offset; ``Epochs``: this leader's epoch history and end, for a follower whose tail
+diverged; ``Status``: this replica's role, leader, epoch, end, in-sync set and lags), stamping
+the log with this leader's epoch before its first write (store/epochs.py),
 and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
 that many in-sync replicas (ADR 0005).
@@ -10,7 +12,9 @@ Must not: elect (leadership.py) or append shipped records (follower.py).
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
 JSON header, then the records. Fetch takes ``{"follower", "from", "epoch", "last"?, "topics"?}``
 (``last`` = [offset, crc] of the follower's last record, to detect a divergent tail) and answers
-``{"ok", "next_offset", "leader_end", "epoch", "topics"?}`` + records, or a refusal
+``{"ok", "next_offset", "leader_end", "epoch", "epochs", "committed", "topics"?}`` + records
+(``epochs``: the (epoch, start) pairs that start in the shipped range; ``committed``: the group's
+durable end with SYNC replication, else 0), or a refusal
 (``{"ok": false, "code", "error"}``). A fetch naming another epoch than this leader's is
 refused: a stale leader ships nothing to a follower that knows a newer one, and a follower
 never appends from one that is not its epoch's leader.
@@ -35,8 +39,9 @@ from txmq.broker.election import InSync
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
-from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError
+from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError, invariant
 from txmq.protocol import channels
+from txmq.store.epochs import EpochFile
 from txmq.store.replica import DivergedError, Hold, durable_end, ship
 from txmq.store.store import Store
 
@@ -80,9 +85,11 @@ class Replication:
             loop.call_soon_threadsafe(self._appended.set)
 
         self.hold = Hold(store, wake) if min_insync > 1 else None
+        self.epoch, self.epochs = stamp(store, leadership)
 
     def _check_leading(self) -> None:
-        if not self.leadership.leads():
+        leader = self.leadership.leader
+        if not self.leadership.leads() or leader is None or leader.epoch != self.epoch:
             leader = self.leadership.leader
             named = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
             raise NotLeaderError(f"{self.leadership.election.me} does not lead its group{named}")
@@ -111,6 +118,8 @@ class Replication:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress.wait(), min(left, 0.5))
         self._check_leading()  # a lease that lapsed while we waited: not acknowledged
+        if self.min_insync > 1:
+            self.leadership.committed = max(self.leadership.committed, end)
 
     async def fetch(self, args: dict[str, Any], run: Any) -> tuple[dict[str, Any], bytes]:
         self._check_leading()
@@ -126,10 +135,11 @@ class Replication:
             raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
         now = self.leadership.clock()
         self.insync.fetched(name, start, durable_end(self.store), now)
+        committed = 0
         if self.hold is not None:
-            up_to = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
-            if up_to > 0:
-                await run(self.hold.release, up_to)
+            committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
+            if committed > 0:
+                await run(self.hold.release, committed)
         self._progress.set()
         if start >= durable_end(self.store):
             self._appended.clear()
@@ -142,12 +152,23 @@ class Replication:
             "next_offset": shipment.next_offset,
             "leader_end": shipment.leader_end,
             "epoch": leader.epoch,
+            "epochs": [p for p in self.epochs.history if start <= p[1] < shipment.next_offset],
+            "committed": committed,
         }
         if args.get("topics"):
             header["topics"] = [definition(info) for info in self.topics.list()]
             if self.positions is not None:
                 header["positions"] = json.loads(self.positions())
         return header, shipment.data
+
+    def epochs_of(self, args: dict[str, Any]) -> dict[str, Any]:
+        """This leader's epoch history and durable end (Kafka's OffsetsForLeaderEpoch, whole:
+        the follower finds the largest shared epoch itself, store/epochs.divergence_point)."""
+        self._check_leading()
+        if _int(args, "epoch") != self.epoch:
+            raise NotLeaderError(f"epochs for epoch {args.get('epoch')} at epoch {self.epoch}")
+        history = [list(p) for p in self.epochs.history]
+        return {"ok": True, "epochs": history, "end": durable_end(self.store)}
 
     def status(self) -> dict[str, Any]:
         now = self.leadership.clock()
@@ -166,6 +187,20 @@ class Replication:
         }
 
 
+def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
+    """Record this leadership's epoch at the log's end, durable, before its first write: a
+    follower that copies records past here files them under this epoch (ADR 0005)."""
+    leader = leadership.leader
+    invariant(leader is not None and leadership.leads(), "only a leader stamps its epoch")
+    assert leader is not None  # for mypy
+    end = store.log.end_offset
+    invariant(end == store.recovery.log_end, "nothing is written before the epoch is stamped")
+    epochs = EpochFile(store.disk, store.data_dir, end)
+    if epochs.latest != leader.epoch:
+        epochs.append(leader.epoch, end)
+    return leader.epoch, epochs
+
+
 def add_replica(server: Any, replication: Replication, service: Any) -> None:
     """Register the Replica channel (leader side) on ``server``."""
 
@@ -179,8 +214,15 @@ def add_replica(server: Any, replication: Replication, service: Any) -> None:
     async def status(body: bytes, context: Any) -> bytes:
         return channels.frame(replication.status())
 
+    async def epochs(body: bytes, context: Any) -> bytes:
+        try:
+            return channels.frame(replication.epochs_of(_args(body)))
+        except Exception as exc:
+            return channels.frame(refusal(exc, "Epochs"))
+
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
+        "Epochs": grpc.unary_unary_rpc_method_handler(epochs),
         "Status": grpc.unary_unary_rpc_method_handler(status),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

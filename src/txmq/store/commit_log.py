@@ -64,10 +64,6 @@ def blank_span_reason(blank_at: int, inside: int) -> str:
     )
 
 
-def _no_check(nbytes: int) -> None:
-    return None
-
-
 class CommitLog:
     def __init__(
         self,
@@ -75,7 +71,7 @@ class CommitLog:
         disk: Disk,
         segment_size: int,
         *,
-        before_growth: Callable[[int], None] = _no_check,
+        before_growth: Callable[[int], None] = lambda nbytes: None,
     ) -> None:
         self.directory = directory
         self.disk = disk
@@ -462,13 +458,17 @@ class CommitLog:
         return True
 
     def truncate(self, offset: int) -> None:
-        """Drop everything from ``offset`` on (a torn tail), including later segments."""
+        """Drop everything from ``offset`` on (a torn or divergent tail), last segment first."""
+        gone = 0
         while len(self.segments) > 1 and self.segments[-1].start > offset:
             with self._segments_lock:
                 seg = self.segments.pop()
                 self._starts.pop()
             seg.handle.close()
             self.disk.remove(self.directory / segment_name(seg.start))
+            gone += 1
+        if gone:  # a power loss must not keep the cut below but bring a later segment back
+            self.disk.sync_dir(self.directory)
         seg = self.segments[-1]
         invariant(seg.start <= offset <= seg.start + self.segment_size, "truncate out of range")
         seg.handle.truncate(offset - seg.start)

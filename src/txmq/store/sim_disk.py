@@ -224,6 +224,9 @@ class SimDisk:
             if self.files.pop(str(path), None) is None:
                 raise FileNotFoundError(2, "no such file", str(path))
 
+    def sync_dir(self, directory: Path) -> None:
+        pass  # directory operations are durable at once here
+
     def rename(self, source: Path, target: Path) -> None:
         with self.lock:
             node = self.files.pop(str(source))
