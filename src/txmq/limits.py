@@ -432,10 +432,22 @@ assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX
 # A follower's fetch at the leader's end waits this long for new records before it is answered
 # empty (a long poll: a SYNC write is confirmed one round trip after it is written).
 REPLICA_FETCH_WAIT_MS: Final = 200
+# Wake-ups one such long poll takes before it is answered (each is a group written out or an
+# ack; the REPLICA_FETCH_WAIT_MS deadline ends it first in practice).
+REPLICA_FETCH_WAKES_MAX: Final = 10_000
+# A leader answers a fetch on its event loop, without a thread hop (one hop costs more than
+# the work, and each fetch would take two), when it ships at most this many bytes (a few page-
+# cache reads) and publishes at most this many held records (a few queue-entry writes); a
+# catching-up follower's larger fetches go to a thread.
+REPLICA_INLINE_SHIP_BYTES: Final = 64 * KiB
+REPLICA_INLINE_RECORDS_MAX: Final = 64
 # A SYNC write not confirmed by min_insync_replicas within this long is answered with
 # SLAVE_PERSISTENCE_TIMEOUT (stored on the leader, not acknowledged); longer than a follower
 # needs to drop out of the in-sync set, so a dead follower costs one slow write, not a refusal.
 REPLICA_ACK_TIMEOUT_MS: Final = 5_000
+# A waiting SYNC ack looks at the in-sync set again this often even when no fetch woke it (a
+# follower may have left the set, which lowers what the ack waits for).
+REPLICA_ACK_RECHECK_MS: Final = 500
 # A follower asks for the leader's topic definitions this often (they are not in the log).
 REPLICA_TOPICS_PERIOD_MS: Final = 1_000
 assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS

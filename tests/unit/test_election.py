@@ -93,6 +93,23 @@ def test_in_sync_set_and_durable_end() -> None:
     assert isr.members(2_600) == ["r1", "r2"]
 
 
+def test_a_follower_that_reaches_the_end_it_last_saw_stays_in_sync() -> None:
+    """Under steady writes the leader's end moves on during every round trip, so a follower
+    may never be exactly at the end when its fetch arrives (Kafka's rule: it holds what the
+    leader had at its previous fetch, so it was caught up then)."""
+    isr = InSync(["r1"], now_ms=0, lag_max_ms=2_000)
+    end = 0
+    for t in range(1_000, 10_000, 500):
+        isr.fetched("r1", end, leader_end=end + 100, now_ms=t)  # always one group behind
+        end += 100
+    assert isr.members(10_000) == ["r1"]
+    # A follower that stops gaining on the end it last saw leaves the set.
+    for t in range(10_000, 13_000, 500):
+        isr.fetched("r1", end - 50, leader_end=end + 100, now_ms=t)
+    assert isr.members(13_000) == []
+    assert isr.followers_end(2, 13_000) == -1
+
+
 def test_one_replica_group_acknowledges_on_the_leader_alone() -> None:
     isr = InSync([], now_ms=0)
     assert isr.durable_end(77, min_insync=1, now_ms=10**9) == 77

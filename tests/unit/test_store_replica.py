@@ -17,7 +17,14 @@ from tests.conftest import SMALL, Clock
 from txmq.errors import CorruptRecordError
 from txmq.model import RecordDraft, TxnFlag
 from txmq.store.config import StoreConfig
-from txmq.store.replica import DivergedError, Hold, append_shipped, durable_end, ship
+from txmq.store.replica import (
+    DivergedError,
+    Hold,
+    append_shipped,
+    durable_end,
+    ship,
+    written_out_end,
+)
 from txmq.store.store import Store
 
 FLAGS = (TxnFlag.NORMAL, TxnFlag.NORMAL, TxnFlag.PREPARED, TxnFlag.COMMIT, TxnFlag.ROLLBACK)
@@ -168,3 +175,27 @@ def test_a_hold_keeps_durable_records_unread_until_released(tmp_path: Path) -> N
     again = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
     assert len(again.read_queue("a", 0, 0, 10).records) == 3
     again.close()
+
+
+def test_a_hold_publishes_a_batch_the_followers_had_before_it_was_durable_here(
+    tmp_path: Path,
+) -> None:
+    """A leader ships what is written out, before its own fsync: a follower's fsync can finish
+    first and say so. The batch stays held only until it is durable here, then is readable."""
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    hold = Hold(leader)
+    first = leader.append(RecordDraft("a", 0, b"x" * 100, message_id="m1"))
+    assert written_out_end(leader) == durable_end(leader) == first.physical_offset + first.size
+    assert hold.releasable(durable_end(leader), most=5) == 1
+    # The followers report durable bytes past ours (the next batch, not yet synced here).
+    hold.release(durable_end(leader) + 10_000)
+    assert hold.held == 0 and len(leader.read_queue("a", 0, 0, 10).records) == 1
+    second = leader.append(RecordDraft("a", 0, b"y" * 100, message_id="m2"))
+    assert second.physical_offset + second.size <= first.physical_offset + first.size + 10_000
+    # Kept when durable, and published at once: the followers had it already.
+    assert hold.held == 0 and len(leader.read_queue("a", 0, 0, 10).records) == 2
+    third = leader.append(RecordDraft("a", 0, b"z" * 20_000, message_id="m3"))
+    assert hold.held == 1 and hold.releasable(durable_end(leader), most=5) == 1
+    assert hold.releasable(third.physical_offset, most=5) == 0
+    leader.close()

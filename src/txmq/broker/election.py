@@ -139,6 +139,8 @@ class Election:
 class Follower:
     fetched_to: int = 0  # every byte below this offset is durable on the follower
     caught_up_ms: int = 0  # last time fetched_to reached the leader's end offset
+    asked_end: int = 0  # the leader's end when this follower's previous fetch came in
+    asked_ms: int = 0  # ... and when that was
 
 
 class InSync:
@@ -166,6 +168,12 @@ class InSync:
         f.fetched_to = max(f.fetched_to, offset)
         if offset >= leader_end:
             f.caught_up_ms = now_ms
+        elif offset >= f.asked_end:
+            # Kafka's rule: it now holds what we had when it last asked, so it was caught up
+            # then. Under steady writes the end moves on during every round trip (our next
+            # group is written while its fsync runs), and "reached the end now" may never be.
+            f.caught_up_ms = max(f.caught_up_ms, f.asked_ms)
+        f.asked_end, f.asked_ms = leader_end, now_ms
 
     def members(self, now_ms: int) -> list[str]:
         return [n for n, f in self.followers.items() if now_ms - f.caught_up_ms <= self.lag_max_ms]
@@ -181,6 +189,13 @@ class InSync:
         if len(ends) < min_insync:
             return -1
         return min(ends[min_insync - 1], leader_durable)
+
+    def followers_end(self, min_insync: int, now_ms: int) -> int:
+        """Every byte below the answer is durable on ``min_insync - 1`` in-sync followers (-1 if
+        fewer are in sync): where the leader's own durable records are on ``min_insync``."""
+        invariant(min_insync >= 2, "the leader alone needs no followers")
+        ends = sorted((self.followers[n].fetched_to for n in self.members(now_ms)), reverse=True)
+        return ends[min_insync - 2] if len(ends) >= min_insync - 1 else -1
 
     def lag_bytes(self, leader_end: int) -> dict[str, int]:
         return {n: max(0, leader_end - f.fetched_to) for n, f in self.followers.items()}

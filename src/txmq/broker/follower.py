@@ -53,7 +53,13 @@ from txmq.errors import (
 from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
 from txmq.store.epochs import EpochFile, EpochStart, divergence_point
-from txmq.store.replica import append_shipped, last_of, tail_of
+from txmq.store.replica import (
+    append_shipped,
+    append_shipped_nowait,
+    last_of,
+    shipped_durable,
+    tail_of,
+)
 from txmq.store.store import Store
 from txmq.store.truncate import truncate_closed
 from txmq.txn.coordinator import SNAPSHOT_FILE
@@ -192,7 +198,7 @@ class Follower:
         if data:
             start = self.store.log_end_offset
             pairs = [(int(e), int(s)) for e, s in header.get("epochs", [])]
-            end = await asyncio.to_thread(self._append, data, pairs)
+            end = await self._append(data, pairs)
             if end != header["next_offset"]:
                 raise CorruptRecordError(end, f"leader said next offset {header['next_offset']}")
             self.last = last_of(data)
@@ -218,10 +224,35 @@ class Follower:
                 self.store.disk.write_atomic, self.config.data_dir / POSITIONS_FILE, raw
             )
 
-    def _append(self, data: bytes, pairs: list[EpochStart]) -> int:
+    def _append_blocking(self, data: bytes, pairs: list[EpochStart]) -> int:
         """The leader's epochs that start in ``data`` first (durable), then its records."""
         self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
         return append_shipped(self.store, data)
+
+    async def _append(self, data: bytes, pairs: list[EpochStart]) -> int:
+        """Append a shipment; return once it is durable. A small one is written on the loop
+        (a page-cache write, as the leader's own sends) and its fsync awaited through the
+        flusher's callback: no thread hop on the path every SYNC acknowledgement waits for.
+        (Adopting an epoch writes a small file: once per leader change, on the loop too.)"""
+        if len(data) > limits.REPLICA_INLINE_SHIP_BYTES:
+            return await asyncio.to_thread(self._append_blocking, data, pairs)
+        self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
+        group, end = append_shipped_nowait(self.store, data)
+        if group is not None:
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[None] = loop.create_future()
+
+            def resolve() -> None:
+                if not done.done():
+                    done.set_result(None)
+
+            def wake() -> None:  # on the flusher thread, or here if the group is done
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(resolve)
+
+            group.on_done(wake)
+            await done
+        return shipped_durable(self.store, group, end)
 
     async def _diverged(self, endpoint: str, epoch: int) -> None:
         """Our tail is not the leader's: ask for its epoch history (Kafka's

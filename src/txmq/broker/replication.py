@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import struct
 import time
@@ -42,7 +43,14 @@ from txmq.broker.topics import TopicRegistry
 from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError, invariant
 from txmq.protocol import channels
 from txmq.store.epochs import EpochFile
-from txmq.store.replica import DivergedError, Hold, durable_end, ship
+from txmq.store.replica import (
+    DivergedError,
+    Hold,
+    durable_end,
+    notify_written,
+    ship,
+    written_out_end,
+)
 from txmq.store.store import Store
 
 SERVICE: Final = "txmq.replica.v1.Replica"
@@ -76,16 +84,22 @@ class Replication:
         self.min_insync = min_insync
         self.insync = InSync([], now_ms=leadership.clock())
         self._appended = asyncio.Event()  # a write happened: wake fetchers at the end
-        self._progress = asyncio.Event()  # a follower fetched further: wake waiting acks
-        # With SYNC replication readers see a record only once min_insync replicas have it;
-        # a held batch wakes the followers' long polls at once (from the flusher thread).
+        # Acks waiting for the group's durable end to pass their end: (end, n, future), a heap,
+        # so a fetch wakes only the acks it satisfies (not every waiting one, every time).
+        self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._acks_made = 0
+        # With SYNC replication readers see a record only once min_insync replicas have it.
+        self.hold = Hold(store) if min_insync > 1 else None
+        # Followers are shipped what is written out, before our fsync (theirs runs alongside;
+        # acks still wait for both): the flusher wakes their long polls once it wrote a group.
         loop = asyncio.get_running_loop()
 
         def wake() -> None:
-            loop.call_soon_threadsafe(self._appended.set)
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._appended.set)
 
-        self.hold = Hold(store, wake) if min_insync > 1 else None
         self.epoch, self.epochs = stamp(store, leadership)
+        notify_written(store, wake)
 
     def _check_leading(self) -> None:
         leader = self.leadership.leader
@@ -106,6 +120,7 @@ class Replication:
         self._appended.set()
         deadline = time.monotonic() + limits.REPLICA_ACK_TIMEOUT_MS / 1000
         clock = self.leadership.clock
+        loop = asyncio.get_running_loop()
         while self.insync.durable_end(durable_end(self.store), self.min_insync, clock()) < end:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -113,13 +128,26 @@ class Replication:
                     f"offset {end} is not on {self.min_insync} in-sync replicas after"
                     f" {limits.REPLICA_ACK_TIMEOUT_MS} ms (in sync: {self.insync.members(clock())})"
                 )
-            self._progress.clear()
+            done: asyncio.Future[None] = loop.create_future()
+            self._acks_made += 1
+            heapq.heappush(self._acks, (end, self._acks_made, done))
             # On a timeout, look again: a follower may have left the in-sync set meanwhile.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._progress.wait(), min(left, 0.5))
+                await asyncio.wait_for(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
         self._check_leading()  # a lease that lapsed while we waited: not acknowledged
         if self.min_insync > 1:
             self.leadership.committed = max(self.leadership.committed, end)
+
+    def _wake_acks(self, now_ms: int) -> None:
+        """Resolve the waiting acks the group's durable end now passes (and drop the ones
+        that timed out meanwhile)."""
+        if not self._acks:
+            return
+        group_end = self.insync.durable_end(durable_end(self.store), self.min_insync, now_ms)
+        while self._acks and (self._acks[0][0] <= group_end or self._acks[0][2].done()):
+            _end, _n, done = heapq.heappop(self._acks)
+            if not done.done():
+                done.set_result(None)
 
     async def fetch(self, args: dict[str, Any], run: Any) -> tuple[dict[str, Any], bytes]:
         self._check_leading()
@@ -134,19 +162,25 @@ class Replication:
         if last is not None and record_crc(self.store, int(last[0])) != int(last[1]):
             raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
         now = self.leadership.clock()
-        self.insync.fetched(name, start, durable_end(self.store), now)
+        self.insync.fetched(name, start, written_out_end(self.store), now)
         committed = 0
         if self.hold is not None:
             committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
-            if committed > 0:
-                await run(self.hold.release, committed)
-        self._progress.set()
-        if start >= durable_end(self.store):
-            self._appended.clear()
-            # On a timeout it is answered empty (or with writes that skip acknowledge).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._appended.wait(), limits.REPLICA_FETCH_WAIT_MS / 1000)
-        shipment = await run(ship, self.store, start)
+            # Every held record is durable here already, so only the followers bound it.
+            up_to = self.insync.followers_end(self.min_insync, now)
+            most = limits.REPLICA_INLINE_RECORDS_MAX
+            few = self.hold.releasable(up_to, most) if up_to > 0 else 0
+            if few > most:
+                await run(self.hold.release, up_to)
+            elif few:
+                self.hold.release(up_to)  # a few queue entries: cheaper than a thread hop
+        self._wake_acks(now)
+        await self._wait_written(start)
+        end = written_out_end(self.store)
+        if end - start <= limits.REPLICA_INLINE_SHIP_BYTES:
+            shipment = ship(self.store, start, end=end)  # a few page-cache reads: no hop
+        else:
+            shipment = await run(ship, self.store, start, end=end)
         header: dict[str, Any] = {
             "ok": True,
             "next_offset": shipment.next_offset,
@@ -169,6 +203,18 @@ class Replication:
             raise NotLeaderError(f"epochs for epoch {args.get('epoch')} at epoch {self.epoch}")
         history = [list(p) for p in self.epochs.history]
         return {"ok": True, "epochs": history, "end": durable_end(self.store)}
+
+    async def _wait_written(self, start: int) -> None:
+        """Long poll: return once the log is written out past ``start``, or after
+        REPLICA_FETCH_WAIT_MS (then the fetch is answered empty)."""
+        deadline = time.monotonic() + limits.REPLICA_FETCH_WAIT_MS / 1000
+        for _ in range(limits.REPLICA_FETCH_WAKES_MAX):
+            self._appended.clear()  # before the check: a wake after it is not lost
+            left = deadline - time.monotonic()
+            if written_out_end(self.store) > start or left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._appended.wait(), left)
 
     def status(self) -> dict[str, Any]:
         now = self.leadership.clock()

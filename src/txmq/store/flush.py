@@ -96,6 +96,12 @@ class GroupCommit:
         self._publish = publish
         self._after_flush = after_flush
         self.written_end = end
+        # Bytes below this are in the log file (page cache), durable or not: what a leader may
+        # ship to its followers, whose fsync then runs alongside its own (replication.py).
+        self.written_out_end = end
+        # Told (on the flusher thread, outside the lock) once a group's bytes are written out,
+        # before its fsync; set once, by a leader (store/replica.py ``Hold``).
+        self.on_written: Callable[[], None] | None = None
         self.durable_end = end
         self.fenced = ""
         self._pending: list[Entry] = []
@@ -121,6 +127,7 @@ class GroupCommit:
         invariant(end >= self.written_end, "written end moves forward only")
         self.written_end = end
         if not self._sync_mode:
+            self.written_out_end = end  # ASYNC writes go to the file at once (no staging)
             self._publish(entries, end)
             return None
         self._pending.extend(entries)
@@ -214,6 +221,9 @@ class GroupCommit:
             target, batch, group, write_out = work
             try:
                 write_out()  # first: it releases what a roll waits for, whatever happens
+                self.written_out_end = max(self.written_out_end, target)
+                if self.on_written is not None:
+                    self.on_written()
                 self._sync_log()
                 self.syncs += 1
                 if batch:

@@ -44,16 +44,22 @@ class Shipment:
 
 
 def ship(
-    store: Store, from_offset: int, max_bytes: int = limits.REPLICA_FETCH_BYTES_MAX
+    store: Store,
+    from_offset: int,
+    max_bytes: int = limits.REPLICA_FETCH_BYTES_MAX,
+    *,
+    end: int | None = None,
 ) -> Shipment:
     """Records from ``from_offset`` (a follower's end) up to about ``max_bytes``: whole
-    batches, at least one when there is one.
+    batches, at least one when there is one, below ``end`` (default: the durable end; a
+    leader passes ``written_out_end``, so a follower's fsync overlaps its own).
 
     Raises:
         OffsetNotFoundError: ``from_offset`` is below the log start (retention deleted it).
         DivergedError: ``from_offset`` is past the leader's end.
     """
-    end = durable_end(store)
+    end = durable_end(store) if end is None else end
+    invariant(end <= written_out_end(store), "ship only bytes that are in the log file")
     if from_offset > end:
         raise DivergedError(f"offset {from_offset} is past the leader's end {end}")
     if from_offset < store.log_start_offset:
@@ -93,13 +99,29 @@ def append_shipped(store: Store, data: bytes) -> int:
             (the follower's log or segment size differs from the leader's).
         StoreFencedError, DiskFullError, StoreClosedError: as ``Store.append_many``.
     """
-    if not data:
-        return store.log_end_offset
-    entries = _entries(data)
-    group = _write(store, data, entries)
+    group, end = append_shipped_nowait(store, data)
     if group is not None:
         group.wait()
-    end = entries[-1].physical_offset + entries[-1].size
+    return shipped_durable(store, group, end)
+
+
+def append_shipped_nowait(store: Store, data: bytes) -> tuple[Group | None, int]:
+    """``append_shipped`` up to the write (the flusher writes the bytes out and syncs them):
+    returns the group commit to wait for (``Group.on_done`` on an event loop) and the end it
+    brings; then ``shipped_durable``. Raises what ``append_shipped`` raises before writing."""
+    if not data:
+        return None, store.log_end_offset
+    entries = _entries(data)
+    group = _write(store, data, entries)
+    return group, entries[-1].physical_offset + entries[-1].size
+
+
+def shipped_durable(store: Store, group: Group | None, end: int) -> int:
+    """``end`` once ``group`` is done and covered it.
+
+    Raises:
+        StoreFencedError: the fsync that would have covered it failed.
+    """
     store._group.check_durable(group, end)
     return end
 
@@ -146,7 +168,7 @@ def _write_batch(store: Store, chunk: bytes, batch: list[codec.Entry]) -> None:
     ends = {(e.topic, e.queue_id): e.queue_offset + 1 for e in batch if codec.enters_queue(e.flag)}
     store._dispatcher.reserve(ends, sum(len(e.keys) + 1 for e in batch))  # as the leader did
     try:
-        store.log.write(at, chunk)
+        store.log.write(at, chunk, stage=store._stage_writes)  # the flusher pwrites it
     except OSError as exc:
         store._group.fence(f"writing a shipped record failed: {exc}")
         raise StoreFencedError(store._group.fenced) from exc
@@ -187,43 +209,77 @@ def durable_end(store: Store) -> int:
     return store._group.durable_end
 
 
+def written_out_end(store: Store) -> int:
+    """The end of what is in this store's log file, durable or not yet (always a batch
+    boundary: the group commit writes whole groups out before their fsync)."""
+    return store._group.written_out_end
+
+
 class Hold:
     """Keep durable records invisible to readers until ``release`` says the replicas have them
     (Kafka's high watermark): a consumer never reads a record a failover could lose.
 
     Installed by a leader with min_insync_replicas > 1; without one, publication is as before.
     The flusher hands each durable batch here instead of to the dispatcher; ``release(up_to)``
-    publishes, in log order, every held record that ends at or below ``up_to``.
+    publishes, in log order, every held record that ends at or below ``up_to``, and remembers
+    ``up_to``: a batch that becomes durable here after the followers already have it (their
+    fsync ran alongside ours) is published as it arrives, on the flusher thread.
     """
 
     def __init__(self, store: Store, on_held: Callable[[], None] | None = None) -> None:
         self._on_held = on_held  # told (on the flusher thread) when a durable batch arrives
         self._lock = threading.Lock()
         self._held: list[tuple[list[codec.Entry], int]] = []  # (entries, end) in log order
+        self._allowed = 0  # the followers have every byte below this durable
         self._publish = store._group.replace_publish(self._keep)
 
     def _keep(self, entries: Sequence[codec.Entry], end: int) -> None:
         with self._lock:
             self._held.append((list(entries), end))
+            self._release_locked()
         if self._on_held is not None:
             self._on_held()
 
-    def release(self, up_to: int) -> None:
-        """Publish every held record ending at or below ``up_to``. Blocking (queue writes)."""
+    def releasable(self, up_to: int, most: int) -> int:
+        """How many records ``release(up_to)`` would publish, counted up to ``most + 1`` (the
+        caller only asks "none, a few, or more")."""
+        n = 0
         with self._lock:
-            while self._held:
-                entries, end = self._held[0]
-                ready = [e for e in entries if e.physical_offset + e.size <= up_to]
-                if len(ready) < len(entries):
-                    if ready:
-                        last = ready[-1]
-                        self._publish(ready, last.physical_offset + last.size)
-                        self._held[0] = (entries[len(ready) :], end)
-                    return
-                self._publish(entries, end)
-                self._held.pop(0)
+            for entries, _end in self._held:
+                for e in entries:
+                    if e.physical_offset + e.size > up_to or n > most:
+                        return n
+                    n += 1
+        return n
+
+    def release(self, up_to: int) -> None:
+        """Publish every held record ending at or below ``up_to`` (the followers have it: every
+        held record is durable here already). Blocking (queue writes)."""
+        with self._lock:
+            self._allowed = max(self._allowed, up_to)
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        up_to = self._allowed
+        while self._held:
+            entries, end = self._held[0]
+            ready = [e for e in entries if e.physical_offset + e.size <= up_to]
+            if len(ready) < len(entries):
+                if ready:
+                    last = ready[-1]
+                    self._publish(ready, last.physical_offset + last.size)
+                    self._held[0] = (entries[len(ready) :], end)
+                return
+            self._publish(entries, end)
+            self._held.pop(0)
 
     @property
     def held(self) -> int:
         with self._lock:
             return sum(len(entries) for entries, _ in self._held)
+
+
+def notify_written(store: Store, callback: Callable[[], None]) -> None:
+    """Call ``callback`` (on the flusher thread, no lock held) each time ``written_out_end``
+    moves: a leader wakes its followers' long polls before its own fsync."""
+    store._group.on_written = callback
