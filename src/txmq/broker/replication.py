@@ -196,13 +196,14 @@ class Replication:
         return header, shipment.data
 
     def epochs_of(self, args: dict[str, Any]) -> dict[str, Any]:
-        """This leader's epoch history and durable end (Kafka's OffsetsForLeaderEpoch, whole:
-        the follower finds the largest shared epoch itself, store/epochs.divergence_point)."""
+        """This leader's epoch history and log end (written out: what it ships) (Kafka's
+        OffsetsForLeaderEpoch, whole: the follower finds the largest shared epoch itself,
+        store/epochs.divergence_point)."""
         self._check_leading()
         if _int(args, "epoch") != self.epoch:
             raise NotLeaderError(f"epochs for epoch {args.get('epoch')} at epoch {self.epoch}")
         history = [list(p) for p in self.epochs.history]
-        return {"ok": True, "epochs": history, "end": durable_end(self.store)}
+        return {"ok": True, "epochs": history, "end": written_out_end(self.store)}
 
     async def _wait_written(self, start: int) -> None:
         """Long poll: return once the log is written out past ``start``, or after
