@@ -413,7 +413,8 @@ ETCD_CALL_TIMEOUT_MS: Final = 1_000
 ETCD_START_TIMEOUT_MS: Final = 15_000
 # Bytes of one etcd gateway answer we read: a range of one key or a lease call is tiny.
 ETCD_RESPONSE_SIZE_MAX: Final = 1 * MiB
-# Keys one prefix read returns: every group's leader key of a cluster (one per group).
+# Keys one prefix read returns: every group's leader key of a cluster (one per group), or every
+# replica registered in one group's replica list.
 ETCD_PREFIX_KEYS_MAX: Final = CLUSTER_MEMBERS_MAX
 # How often a replica of a cluster of several groups reads every group's leader from etcd (one
 # range read), so its routes name another group's new leader within about this after etcd has it.
@@ -448,6 +449,31 @@ REPLICA_ACK_TIMEOUT_MS: Final = 5_000
 # A waiting SYNC ack looks at the in-sync set again this often even when no fetch woke it (a
 # follower may have left the set, which lowers what the ack waits for).
 REPLICA_ACK_RECHECK_MS: Final = 500
+# Each replica puts its own entry in its group's replica list in etcd and reads the list this
+# often: routes carry every replica's address (ADR 0006), and a replica that starts or moves is
+# advertised within a period. One etcd range per replica per period.
+REPLICA_LIST_PERIOD_MS: Final = 1_000
+# A follower forwards a client's data-plane call to its leader (broker/forward.py); with no
+# leader known yet (a failover under way) it waits this long for one before refusing with
+# HA_NOT_AVAILABLE: a new leader is chosen within TTL + an observe period.
+FORWARD_LEADER_WAIT_MS: Final = REPLICA_LEASE_TTL_MS + 2 * REPLICA_OBSERVE_PERIOD_MS
+# A forwarded Telemetry stream (check-backs to a producer connected to a follower) is opened
+# again to the new leader after a failover, this many times at most over its life; then it
+# ends and the client opens a new one at its next settings sync.
+FORWARD_STREAM_REOPENS_MAX: Final = 64
+# Client commands buffered per forwarded Telemetry stream while its leader stream is reopened
+# (settings and their answers: a handful; the client waits for nothing it sends there).
+FORWARD_STREAM_BUFFER_MAX: Final = 32
+# Metadata entries copied from a client's call to the leader's (auth headers, client id,
+# language, version, namespace...: about ten); more is a malformed call.
+FORWARD_METADATA_MAX: Final = 64
+# A follower's forwarding channel to its leader gives up on an answer after this long when the
+# client's call carries no deadline (the official clients always send one, 3 s by default).
+FORWARD_CALL_TIMEOUT_MS: Final = 10_000
+# Forwarded calls open at once on one follower (each open Telemetry stream or receive long
+# poll is one for its whole life; a client holds one Telemetry stream per broker): past it a
+# call is refused with HA_NOT_AVAILABLE naming the leader instead of queueing without end.
+FORWARD_CALLS_MAX: Final = 4_096
 # A follower asks for the leader's topic definitions this often (they are not in the log).
 REPLICA_TOPICS_PERIOD_MS: Final = 1_000
 assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS

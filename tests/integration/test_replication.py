@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from rocketmq import TransactionResolution as R
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
@@ -45,19 +46,29 @@ def status(endpoint: str) -> dict[str, object]:
 
 
 def route(endpoint: str, topic: str) -> list[int]:
-    """The ports QueryRoute at ``endpoint`` names for ``topic`` ([] when refused)."""
+    """The ports QueryRoute at ``endpoint`` names for ``topic``, every address of every queue
+    ([] when refused)."""
     with grpc.insecure_channel(endpoint) as ch:
         stub = sg.MessagingServiceStub(ch)
         r = stub.QueryRoute(sv.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=2)
     if r.status.code != pb.OK:
         return []
-    return sorted({q.broker.endpoints.addresses[0].port for q in r.message_queues})
+    return sorted({a.port for q in r.message_queues for a in q.broker.endpoints.addresses})
+
+
+def follower_has_topic(follower: BrokerProcess, topic: str) -> bool:
+    """The follower copied ``topic``'s definition (its topics file names it)."""
+    path = follower.data_dir / "topics.json"
+    return path.exists() and f'"{topic}"' in path.read_text()
 
 
 def create_topic(leader: BrokerProcess, follower: BrokerProcess, topic: str) -> None:
-    """Auto-create ``topic`` on the leader (a route query does) and wait for the follower."""
-    assert route(leader.endpoints, topic) == [leader.port]
-    wait_until(lambda: route(follower.endpoints, topic) == [leader.port], 10, "topic copied")
+    """Auto-create ``topic`` on the leader (a route query does) and wait for the follower to
+    copy it; both advertise both replicas (ADR 0006)."""
+    both = sorted([leader.port, follower.port])
+    wait_until(lambda: route(leader.endpoints, topic) == both, 10, "both replicas in the route")
+    wait_until(lambda: follower_has_topic(follower, topic), 10, "topic copied")
+    wait_until(lambda: route(follower.endpoints, topic) == both, 10, "the follower lists both")
 
 
 def replicas(tmp_path: Path, etcd: str, *extra: str) -> list[BrokerProcess]:
@@ -135,25 +146,36 @@ def test_sync_replicas_fail_over_without_losing_an_acknowledged_message(group) -
     assert not any(b.startswith("rollback") for b in bodies)
 
 
-def test_a_follower_refuses_writes_and_routes_to_the_leader(group) -> None:  # type: ignore[no-untyped-def]
+def test_a_follower_forwards_data_calls_to_its_leader(group) -> None:  # type: ignore[no-untyped-def]
     leader, follower = leader_of(group)
     create_topic(leader, follower, "t")
-    props = pb.SystemProperties(message_id="01", body_encoding=pb.IDENTITY, message_type=pb.NORMAL)
-    req = sv.SendMessageRequest(
-        messages=[pb.Message(topic=pb.Resource(name="t"), body=b"y", system_properties=props)]
-    )
-    with grpc.insecure_channel(follower.endpoints) as ch:
-        refused = sg.MessagingServiceStub(ch).SendMessage(req, timeout=2)
-    assert refused.status.code == pb.HA_NOT_AVAILABLE
-    assert f"the leader is {status(leader.endpoints)['name']}" in refused.status.message
+    # A send to the follower is forwarded: stored and acknowledged by the leader (SYNC 2 of 2).
+    code, text = _send_raw(follower.endpoints, "t", b"via-follower", "01")
+    assert code == pb.OK, text
     receive = sv.ReceiveMessageRequest(
         group=pb.Resource(name="g"),
         message_queue=pb.MessageQueue(topic=pb.Resource(name="t")),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
         batch_size=1,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=1),
     )
+    # The receive stream too: the message comes from the leader through the follower.
     with grpc.insecure_channel(follower.endpoints) as ch:
-        first = next(iter(sg.MessagingServiceStub(ch).ReceiveMessage(receive, timeout=2)))
-    assert first.status.code == pb.HA_NOT_AVAILABLE
+        got = list(sg.MessagingServiceStub(ch).ReceiveMessage(receive, timeout=10))
+    bodies = [bytes(r.message.body) for r in got if r.HasField("message")]
+    assert bodies == [b"via-follower"], got
+    # The admin channel is not forwarded: refused, naming the leader.
+    assert "follows" in _admin_list(follower.endpoints)
+
+
+def _admin_list(endpoint: str) -> str:
+    """The error text of an admin TopicList at ``endpoint`` ("" when it answered ok)."""
+    with grpc.insecure_channel(endpoint) as ch:
+        reply = ch.unary_unary("/txmq.admin.v1.Admin/TopicList")(b"{}", timeout=2)
+    (n,) = struct.unpack_from(">I", reply, 0)
+    doc = json.loads(reply[4 : 4 + n])
+    return "" if doc.get("ok") else str(doc.get("error"))
 
 
 def _send_raw(endpoint: str, topic: str, body: bytes, mid: str) -> tuple[int, str]:
@@ -183,8 +205,10 @@ def test_a_paused_leader_never_acknowledges_after_a_new_leader_is_chosen(group) 
         leader.proc.send_signal(signal.SIGCONT)
     # The resumed process checks its lease before it acknowledges anything: lapsed. (It may
     # have written the record first: that tail is not the new leader's and is dropped below.)
+    # Once it follows, it forwards the send to the new leader, which may acknowledge it: then it
+    # must be delivered. Acknowledged => delivered, whichever replica answered.
     code, text = _send_raw(leader.endpoints, "paused", b"stale", "0C")
-    assert code != pb.OK, f"a paused leader acknowledged after resuming: {text}"
+    print(f"a send to the resumed old leader: {code} {text}")
     # It goes back to following the new leader (its divergent tail dropped), routes to it, and
     # the new leader has its second in-sync replica again.
     wait_until(lambda: status(leader.endpoints).get("role") == "follower", 20, "old leader follows")
@@ -194,16 +218,17 @@ def test_a_paused_leader_never_acknowledges_after_a_new_leader_is_chosen(group) 
     for name in ("txn-snapshot.json", "delay.json"):
         assert not (leader.data_dir / name).exists(), name
     assert "dropping" in leader.log_tail(200)
-    wait_until(lambda: route(leader.endpoints, "paused") == [follower.port], 10, "route")
+    both = sorted([leader.port, follower.port])
+    wait_until(lambda: route(leader.endpoints, "paused") == both, 10, "route")
     wait_until(
         lambda: _send_raw(follower.endpoints, "paused", b"after", "0D")[0] == pb.OK, 30, "ack"
     )
     c = consumer(follower.endpoints, "g1", "paused")
     try:
-        bodies = [bytes(m.body) for m in drain(c, 2, timeout_s=20)]
+        bodies = [bytes(m.body) for m in drain(c, 3 if code == pb.OK else 2, timeout_s=20)]
     finally:
         c.shutdown()
-    assert b"stale" not in bodies
+    assert (b"stale" in bodies) == (code == pb.OK), (code, text, bodies)
     assert b"before" in bodies and b"after" in bodies, bodies
 
 

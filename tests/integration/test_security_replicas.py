@@ -14,11 +14,20 @@ from pathlib import Path
 
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Producer
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import message
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
-from tests.integration.security_fixtures import ACL, SECRETS, TOPIC, send_request, write_acl
+from tests.integration.security_fixtures import (
+    ACL,
+    SECRETS,
+    TOPIC,
+    official,
+    send_request,
+    v2,
+    write_acl,
+)
 from txmq.demo.certs import Bundle
 from txmq.protocol.auth import signed_metadata
 
@@ -91,6 +100,25 @@ def test_a_secured_replica_group_replicates_over_tls_signed(
             p.shutdown()
         st = status(leader, pki)
         assert "r0" in st["in_sync"] and "r1" in st["in_sync"], st  # type: ignore[operator]
+        forwarded = status(follower, pki)["forwarded"]
+        assert isinstance(forwarded, int)
+        # A call to the follower is forwarded to the leader (ADR 0006) only once the follower's
+        # own interceptor let it through, and the leader checks it again: no bypass.
+        ok = v2(
+            follower,
+            pki,
+            "SendMessage",
+            send_request(),
+            official("orders-app", SECRETS["orders-app"]),
+        )
+        assert ok.status.code == pb.OK, ok.status
+        no_right = v2(follower, pki, "SendMessage", send_request(),
+                      official("inventory-app", SECRETS["inventory-app"]))  # fmt: skip
+        assert no_right.status.code == pb.FORBIDDEN, no_right.status
+        wrong = v2(follower, pki, "SendMessage", send_request(), official("orders-app", "x" * 24))
+        assert wrong.status.code == pb.UNAUTHORIZED, wrong.status
+        after = status(follower, pki)["forwarded"]
+        assert after == forwarded + 1, f"only the allowed call was forwarded: {after}"
     finally:
         for b in group:
             if b.running:

@@ -5,7 +5,9 @@ dictionary lookup, not a new handler) with a check of the caller's credentials a
 the shape of a refusal in each service's own response type: a v2 RPC answers its own response
 message with Status UNAUTHORIZED (40100) or FORBIDDEN (40300) and a message naming what was
 refused; the admin channel answers ``{"ok": false, "code", "error"}``; the data channel the same
-header in its framing. Telemetry is checked once, when the stream opens.
+header in its framing. Telemetry is checked once, when the stream opens. A follower's
+forwarding handlers take raw bytes (broker/forward.py): their request is decoded once here for
+the check only, and a refusal is answered serialized; the leader checks the same call again.
 Must not: hold rules (txmq/broker/auth.py) or touch the handlers' logic. Installed only with an
 ACL file: an open broker pays nothing for it.
 """
@@ -56,10 +58,30 @@ def _channel_refusal(exc: TxmqError) -> bytes:
     return channels.frame({"ok": False, "code": exc.code, "error": str(exc)})
 
 
-def _plan(method: str) -> tuple[Rule, Refusal | None]:
-    """The rule and the refusal shape of a full method name ``/service/Method``."""
+def _raw(name: str, rule: Rule, refuse: Refusal) -> tuple[Rule, Refusal]:
+    """The rule and refusal of a v2 method served as raw bytes (a follower forwarding it): the
+    request decoded for the rule only, the refusal serialized."""
+    request_type = getattr(sv, f"{name}Request", None)
+
+    def check(guard: Guard, user: Any, request: Any) -> None:
+        if isinstance(request, bytes) and request_type is not None:
+            request = request_type.FromString(request)
+        rule(guard, user, request)
+
+    def refuse_raw(exc: TxmqError) -> bytes:
+        raw: bytes = refuse(exc).SerializeToString()
+        return raw
+
+    return check, refuse_raw
+
+
+def _plan(method: str, raw: bool = False) -> tuple[Rule, Refusal | None]:
+    """The rule and the refusal shape of a full method name ``/service/Method`` (``raw``: its
+    handler takes and answers bytes)."""
     service, _, name = method.lstrip("/").partition("/")
     if service == V2_SERVICE:
+        if raw:
+            return _raw(name, RULES.get(name, need_admin), _v2_refusal(name))
         return RULES.get(name, need_admin), _v2_refusal(name)
     if service == ADMIN_SERVICE:
         return ADMIN_RULES.get(name, need_admin), _channel_refusal
@@ -103,7 +125,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return user
 
     def _wrap(self, handler: Any, method: str) -> Any:
-        rule, refuse = _plan(method)
+        rule, refuse = _plan(method, raw=handler.request_deserializer is None)
         kinds = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -184,7 +206,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
             async def allowed() -> AsyncIterator[Any]:
                 async for command in requests:
-                    if method.endswith("/Telemetry") and command.HasField("settings"):
+                    # Raw bytes (a follower forwarding): the leader filters the Settings.
+                    if (
+                        method.endswith("/Telemetry")
+                        and not isinstance(command, bytes)
+                        and command.HasField("settings")
+                    ):
                         dropped = drop_unpublishable(user, command.settings)
                         if dropped:
                             log.warning(

@@ -1,8 +1,9 @@
 """A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1, stdlib only; ADR 0005).
 
 Owns: the calls replica leadership needs (lease grant, keepalive and revoke; a
-compare-and-put of a key that must not exist; a read of one key, or of every key under a prefix:
-all groups' leaders) and their wire format
+compare-and-put of a key that must not exist; a plain put (a replica's own entry in its group's
+list); a read of one key, or of every key under a prefix: all groups' leaders, a group's
+replicas) and their wire format
 (base64 keys and values, int64 as strings). Every failure is one ``CoordinationError`` naming
 the endpoint and the call. Blocking: the broker runs these in a thread (leadership.py).
 Must not: decide anything about leadership (election.py does).
@@ -107,6 +108,10 @@ class Etcd:
             {"key": _b64(raw), "range_end": _b64(end), "limit": str(limits.ETCD_PREFIX_KEYS_MAX)},
         )
         return {base64.b64decode(kv["key"]).decode(): _kv(kv) for kv in doc.get("kvs") or []}
+
+    def put(self, key: str, value: bytes) -> None:
+        """Put ``key`` = ``value`` with no lease (it stays until overwritten or deleted)."""
+        self.call("kv/put", {"key": _b64(key.encode()), "value": _b64(value)})
 
     def put_if_absent(self, key: str, value: bytes, lease_id: int) -> Claim:
         """Put ``key`` = ``value`` attached to ``lease_id`` if no one holds ``key``; either

@@ -6,9 +6,10 @@ answer appended verbatim by ``store.replica.append_shipped``), the leader's topi
 (store/epochs.py), a divergent tail (the leader does not hold our last record: the leader's
 epoch history gives the end of the largest epoch both logs hold, and the store is cut there,
 store/truncate.py, then fetched from there; ADR 0005), and the follower's gRPC face:
-QueryRoute and QueryAssignment answer every group's leader under the group's name
-(membership.py), writes are refused with HA_NOT_AVAILABLE naming the leader, Replica.Status
-says "follower".
+QueryRoute and QueryAssignment answer every group at every replica under the group's name
+(membership.py), the other MessagingService calls are forwarded to the leader (forward.py),
+the admin and data channels are refused with HA_NOT_AVAILABLE naming the leader (but
+ClusterInfo), Replica.Status says "follower".
 Must not: take writes or run the transaction book, deliveries or check-backs: all of those
 start from the log when this replica is promoted (replica_node.py opens a full broker then).
 """
@@ -21,14 +22,13 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
-from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import limits
 from txmq.broker import routes
@@ -37,6 +37,7 @@ from txmq.broker.admin import refusal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
+from txmq.broker.forward import LOCAL, V2_SERVICE, Forwarder
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership, define
 from txmq.broker.offsets import FILE_NAME as POSITIONS_FILE
@@ -133,6 +134,8 @@ class Follower:
         self.caught_up_ms = 0
         self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS
         self._channel: tuple[str, Any] | None = None
+        # More of Replica.Status (replica_node.py: the forwarder's counts).
+        self.more_status: Callable[[], dict[str, Any]] = dict
         leadership.eligible = self.eligible
 
     def eligible(self) -> bool:
@@ -302,6 +305,11 @@ class Follower:
         while not stop.is_set() and not self.leadership.leads():
             await self.step()
 
+    def refusal(self) -> NotLeaderError:
+        leader = self.leadership.leader
+        where = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
+        return NotLeaderError(f"this replica follows{where}")
+
     def status(self) -> dict[str, Any]:
         leader = self.leadership.leader
         end = self.store.log_end_offset
@@ -317,62 +325,66 @@ class Follower:
             "truncated_bytes": self.truncated_bytes,
             "truncations": self.truncations,
             "epochs": [list(p) for p in self.epochs.history],
+            **self.more_status(),
         }
 
 
-class FollowerServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
-    """What a follower answers the official clients: routes to every group's leader (its own
-    group's and, in a cluster of groups, the others'); no writes."""
+class FollowerRoutes:
+    """QueryRoute and QueryAssignment on a follower: a topic it holds is answered here, from
+    its copy of the topics, with every live group at every replica (``Membership.advertised``);
+    an unknown topic is forwarded to the leader, which may create it."""
 
-    def __init__(self, follower: Follower, membership: Membership) -> None:
+    def __init__(self, follower: Follower, membership: Membership, forwarder: Forwarder) -> None:
         self.follower = follower
         self.membership = membership
+        self.forwarder = forwarder
 
-    def _refusal(self) -> NotLeaderError:
-        leader = self.follower.leadership.leader
-        where = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
-        return NotLeaderError(f"this replica follows{where}")
-
-    def _queues(self, topic: str) -> list[Any]:
-        if self.follower.leadership.leader is None:
-            raise self._refusal()
-        info = self.follower.topics.get(mapping.validate_topic(topic, allow_system=True))
+    def _queues(self, body: bytes, request_type: Any) -> list[Any] | None:
+        """The topic's queues, or None when this replica does not hold the topic."""
+        request = request_type.FromString(body)
+        name = mapping.validate_topic(request.topic.name, allow_system=True)
+        if not self.follower.topics.exists(name):
+            return None
+        info = self.follower.topics.get(name)
         return routes.message_queues(info, self.membership.route_targets())
 
-    async def QueryRoute(self, request: Any, context: Any) -> Any:
-        try:
-            queues = self._queues(request.topic.name)
-        except (NotLeaderError, TopicNotFoundError, BadRequestError) as exc:
-            return sv.QueryRouteResponse(status=fail(exc))
-        return sv.QueryRouteResponse(status=mapping.status(), message_queues=queues)
+    def handler(self, name: str) -> Any:
+        request_type = getattr(sv, f"{name}Request")
+        response_type = getattr(sv, f"{name}Response")
+        forward = self.forwarder.unary(f"/{V2_SERVICE}/{name}", name)
 
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        """As a leader's (consume.py): every live group's queues, so a consumer that asked a
-        follower receives at each group's leader."""
-        try:
-            queues = self._queues(request.topic.name)
-        except (NotLeaderError, TopicNotFoundError, BadRequestError) as exc:
-            return sv.QueryAssignmentResponse(status=fail(exc))
-        assignments = [pb.Assignment(message_queue=q) for q in queues]
-        return sv.QueryAssignmentResponse(status=mapping.status(), assignments=assignments)
+        async def answer(body: bytes, context: Any) -> bytes:
+            try:
+                queues = self._queues(body, request_type)
+                if queues is None:
+                    reply: bytes = await forward(body, context)
+                    return reply
+            except (TopicNotFoundError, BadRequestError) as exc:
+                refused: bytes = response_type(status=fail(exc)).SerializeToString()
+                return refused
+            if name == "QueryRoute":
+                response = sv.QueryRouteResponse(status=mapping.status(), message_queues=queues)
+            else:
+                assignments = [pb.Assignment(message_queue=q) for q in queues]
+                response = sv.QueryAssignmentResponse(
+                    status=mapping.status(), assignments=assignments
+                )
+            raw: bytes = response.SerializeToString()
+            return raw
 
-    async def SendMessage(self, request: Any, context: Any) -> Any:
-        return sv.SendMessageResponse(status=fail(self._refusal()))
+        return grpc.unary_unary_rpc_method_handler(answer)
 
-    async def EndTransaction(self, request: Any, context: Any) -> Any:
-        return sv.EndTransactionResponse(status=fail(self._refusal()))
 
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        yield sv.ReceiveMessageResponse(status=fail(self._refusal()))
+class _FollowerV2(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Every MessagingService method on a follower: routes here, the rest forwarded."""
 
-    async def AckMessage(self, request: Any, context: Any) -> Any:
-        return sv.AckMessageResponse(status=fail(self._refusal()))
+    def __init__(self, local: FollowerRoutes, forwarder: Forwarder) -> None:
+        self.local = {f"/{V2_SERVICE}/{name}": local.handler(name) for name in LOCAL}
+        self.forwarder = forwarder
 
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        return sv.ChangeInvisibleDurationResponse(status=fail(self._refusal()))
-
-    async def Heartbeat(self, request: Any, context: Any) -> Any:
-        return sv.HeartbeatResponse(status=mapping.status())  # alive; its routes name the leader
+    def service(self, details: Any) -> Any:
+        method = str(details.method)
+        return self.local.get(method) or self.forwarder.handler(method)
 
 
 class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
@@ -380,8 +392,9 @@ class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
     (a follower holds no topics, groups or transactions to show or change). ClusterInfo is the
     cluster's shape and every group's leader, which a follower knows (cluster status, Spark)."""
 
-    def __init__(self, servicer: FollowerServicer) -> None:
-        self.servicer = servicer
+    def __init__(self, follower: Follower, membership: Membership) -> None:
+        self.follower = follower
+        self.membership = membership
 
     def service(self, details: Any) -> Any:
         method = str(details.method)
@@ -391,18 +404,19 @@ class _RefuseChannels(grpc.GenericRpcHandler):  # type: ignore[misc]
             return None
 
         async def refuse(body: bytes, context: Any) -> bytes:
-            return channels.frame(refusal(self.servicer._refusal(), method))
+            return channels.frame(refusal(self.follower.refusal(), method))
 
         return grpc.unary_unary_rpc_method_handler(refuse)
 
     async def _cluster_info(self, body: bytes, context: Any) -> bytes:
-        return channels.frame({"ok": True, **self.servicer.membership.info()})
+        return channels.frame({"ok": True, **self.membership.info()})
 
 
-def add_follower_services(server: Any, follower: Follower, membership: Membership) -> None:
-    servicer = FollowerServicer(follower, membership)
-    sg.add_MessagingServiceServicer_to_server(servicer, server)
-    server.add_generic_rpc_handlers((_RefuseChannels(servicer),))
+def add_follower_services(
+    server: Any, follower: Follower, membership: Membership, forwarder: Forwarder
+) -> None:
+    v2 = _FollowerV2(FollowerRoutes(follower, membership, forwarder), forwarder)
+    server.add_generic_rpc_handlers((v2, _RefuseChannels(follower, membership)))
 
     async def status(body: bytes, context: Any) -> bytes:
         return channels.frame(follower.status())

@@ -2,7 +2,11 @@
 
 Owns: the leader key of a group (``/txmq/<cluster>/groups/<group>/leader``, value JSON
 ``{"name", "endpoint"}``, attached to the leader's lease), running each step the election asks
-for in a thread (etcd calls block), and telling listeners when the leader changes.
+for in a thread (etcd calls block), and telling listeners when the leader changes; the group's
+replica list (``/txmq/<cluster>/replicas/<group>/<name>``, same value, no lease: each replica
+puts its own at start and reads them all every REPLICA_LIST_PERIOD_MS), which routes advertise
+(ADR 0006). An entry outlives its replica on purpose: a replica down is still one of the group,
+and a route whose addresses do not change is one the clients keep.
 Must not: decide (election.py does) or touch the store.
 """
 
@@ -28,6 +32,11 @@ def monotonic_ms() -> int:
 
 def leader_key(cluster: str, group: str) -> str:
     return f"/txmq/{cluster}/groups/{group}/leader"
+
+
+def replicas_prefix(cluster: str, group: str) -> str:
+    """Kept apart from ``.../groups/``, which GroupLeaders reads whole for every leader key."""
+    return f"/txmq/{cluster}/replicas/{group}/"
 
 
 def decode_leader(kv: KeyValue | None) -> Leader | None:
@@ -57,6 +66,11 @@ class Leadership:
         self.etcd = etcd
         self.key = leader_key(cluster, group)
         self.value = json.dumps({"name": me, "endpoint": endpoint}).encode()
+        self.group = group
+        self.endpoint = endpoint
+        self.replicas_prefix = replicas_prefix(cluster, group)
+        # Every replica of the group as etcd lists them, name -> endpoint; this one always.
+        self.replicas: dict[str, str] = {me: endpoint}
         self.election = Election(me, ttl_ms=ttl_ms)
         self.clock = clock
         self.changed = asyncio.Event()  # set whenever the observed leader changes
@@ -111,12 +125,44 @@ class Leadership:
         return step
 
     async def run(self) -> None:
-        """Step forever (until cancelled), waiting between steps until the next is due."""
+        """Step forever (until cancelled), waiting between steps until the next is due; the
+        replica list is kept in its own task, so a slow etcd call there delays no keepalive."""
+        lister = asyncio.create_task(self._list_replicas())
+        try:
+            while True:
+                step = await self.step()
+                if step is Step.WAIT:
+                    delay = max(0, self.election.due_ms - self.clock())
+                    await asyncio.sleep(min(delay, limits.REPLICA_OBSERVE_PERIOD_MS) / 1000)
+        finally:
+            lister.cancel()
+            await asyncio.gather(lister, return_exceptions=True)
+
+    def refresh_replicas(self) -> None:
+        """Put this replica's entry (idempotent) and read every replica's (blocking: run in a
+        thread). Raises CoordinationError when etcd does not answer."""
+        me = self.election.me
+        self.etcd.put(self.replicas_prefix + me, self.value)
+        found = {}
+        for key, kv in self.etcd.get_prefix(self.replicas_prefix).items():
+            try:
+                found[key[len(self.replicas_prefix) :]] = str(json.loads(kv.value)["endpoint"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("replica entry %s holds no endpoint: %r", key, kv.value[:80])
+        found[me] = self.endpoint
+        self.replicas = found
+
+    async def _list_replicas(self) -> None:
         while True:
-            step = await self.step()
-            if step is Step.WAIT:
-                delay = max(0, self.election.due_ms - self.clock())
-                await asyncio.sleep(min(delay, limits.REPLICA_OBSERVE_PERIOD_MS) / 1000)
+            try:
+                await asyncio.to_thread(self.refresh_replicas)
+            except CoordinationError as exc:
+                log.warning("replica list not read: %s", exc)
+            await asyncio.sleep(limits.REPLICA_LIST_PERIOD_MS / 1000)
+
+    def endpoints(self) -> list[str]:
+        """Every replica's endpoint that etcd lists (this one's included)."""
+        return sorted(set(self.replicas.values()))
 
     async def resign(self) -> None:
         """Step down cleanly: revoke our lease, which deletes the leader key at once."""

@@ -122,6 +122,9 @@ class Membership:
         self._peers = [PeerState(g) for g in cluster.groups if g != self.group]
         self._tombstones: dict[str, int] = {}
         self._lock = threading.Lock()
+        # This broker's own replica group as etcd lists it (Leadership.endpoints), when its
+        # replicas are not all in a cluster file (``--replica-group`` alone); None otherwise.
+        self.registered: Callable[[], list[str]] | None = None
 
     @classmethod
     def solo(cls, host: str, port: int, *, now_ms: Callable[[], int]) -> Membership:
@@ -142,17 +145,26 @@ class Membership:
 
     def advertised(self, group: Group) -> Advertised | None:
         """THE decision of which endpoints ``group`` advertises in routes and assignments, or
-        None to leave it out: its serving endpoint (the leader's), under the group's name; out
-        while it has no leader or, for a peer, once it missed CLUSTER_PROBE_MISSES_MAX probes."""
+        None to leave it out. A group of one: its endpoint. A replica group: every replica (the
+        cluster file's, and those etcd lists for this broker's own group: ``registered``),
+        sorted, as the official Python client dials them: any replica serves the data plane (a
+        follower forwards to its leader, forward.py; ADR 0006), so a client reaches the group
+        through whichever answers and needs no new route after a failover; a group without a
+        leader for the moment stays in (its followers wait for the next one). A peer group is
+        out once it missed CLUSTER_PROBE_MISSES_MAX probes at its current leader."""
         endpoint = self.serving(group)
-        if endpoint is None:
-            return None
         peer = next((p for p in self._peers if p.group == group), None)
         down = peer is not None and peer.misses >= limits.CLUSTER_PROBE_MISSES_MAX
         if down and peer is not None and peer.endpoint == endpoint:
             return None
-        host, _, port = endpoint.rpartition(":")
-        return Advertised(group.name, ((host, int(port)),))
+        endpoints = {m.endpoint for m in group.replicas}
+        if group == self.group and self.registered is not None:
+            endpoints.update(self.registered())
+        pairs = []
+        for e in sorted(endpoints):
+            host, _, port = e.rpartition(":")
+            pairs.append((host, int(port)))
+        return Advertised(group.name, tuple(pairs))
 
     def route_targets(self) -> list[Advertised]:
         """Every live group in file order, as routes and assignments list them (this broker's

@@ -35,15 +35,21 @@ from txmq.broker.config import BrokerConfig
 from txmq.broker.edge import AuthInterceptor
 from txmq.broker.etcd import Etcd
 from txmq.broker.follower import Follower, add_follower_services
+from txmq.broker.forward import Forwarder
 from txmq.broker.leadership import GroupLeaders, Leadership
 from txmq.broker.membership import SOLO_NAME, Membership
 from txmq.broker.parts import lock_data_dir, wall_ms
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError
 from txmq.protocol.acl import Acl
+from txmq.protocol.client_security import ClientSecurity, open_aio_channel
 
 log = logging.getLogger(__name__)
 _SHUTDOWN_GRACE_S = 1.0
+_MESSAGE_SIZES = (
+    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+)
 
 
 def _cluster_of(config: BrokerConfig) -> tuple[ClusterFile, Member, str]:
@@ -94,6 +100,8 @@ async def serve_replica(
     leadership = Leadership(etcd, keys, group, me.name, me.endpoint)
     leaders = GroupLeaders(etcd, keys, group, leadership)
     membership = Membership(cluster, me, now_ms=wall_ms, leader_of=leaders.leader_of)
+    # Replicas the cluster file does not list (``--replica-group`` alone) are learnt from etcd.
+    membership.registered = leadership.endpoints
     announced: list[int] = []
 
     def once(port: int) -> None:
@@ -179,28 +187,54 @@ async def _follow(
         follower = await asyncio.to_thread(
             Follower, config, leadership, membership.group.name, peers
         )
+        forwarder = Forwarder(
+            lambda: leadership.leader, leadership.election.me, peers, forwarding_channel
+        )
+        follower.more_status = lambda: {
+            "forwarded": forwarder.forwarded,
+            "forwarding": forwarder.open_calls,
+        }
+        watcher: asyncio.Task[None] | None = None
         try:
-            server = _follower_server(config, follower, membership, acl)
+            server = _follower_server(config, follower, membership, forwarder, acl)
             port = _bind(server, config, config.port, credentials)
             await server.start()
             ready(port)
+            done = asyncio.Event()
+            watcher = asyncio.create_task(forwarder.watch(done))
             try:
                 await follower.run(stop)
             finally:
+                done.set()
                 await server.stop(grace=_SHUTDOWN_GRACE_S)
         finally:
+            if watcher is not None:
+                await asyncio.gather(watcher, return_exceptions=True)
+            forwarder.close()
             follower.close()
     finally:
         os.close(lock_fd)
 
 
+def forwarding_channel(endpoint: str, security: ClientSecurity) -> Any:
+    """The follower's channel to its leader for forwarded calls: messages as large as the
+    leader takes."""
+    return open_aio_channel(endpoint, security, _MESSAGE_SIZES)
+
+
 def _follower_server(
-    config: BrokerConfig, follower: Follower, membership: Membership, acl: Acl | None
+    config: BrokerConfig,
+    follower: Follower,
+    membership: Membership,
+    forwarder: Forwarder,
+    acl: Acl | None,
 ) -> Any:
     edge = None
     if acl is not None and config.acl_file is not None:
+        # Checked here (authenticated and authorized, as on the leader) before a call is
+        # forwarded; the leader checks the forwarded call again (forward.py).
         guard = Guard(acl, source=config.acl_file, transaction_topic=lambda _tid: None)
         edge = [AuthInterceptor(guard, wall_ms)]
-    server = grpc.aio.server(interceptors=edge, options=[("grpc.so_reuseport", 0)])
-    add_follower_services(server, follower, membership)
+    server = grpc.aio.server(interceptors=edge, options=[("grpc.so_reuseport", 0), *_MESSAGE_SIZES])
+    add_follower_services(server, follower, membership, forwarder)
     return server

@@ -97,11 +97,13 @@ class ClientSecurity:
 PLAINTEXT: Final = ClientSecurity()
 
 
-def open_aio_channel(endpoints: str, security: ClientSecurity) -> Any:
+def open_aio_channel(
+    endpoints: str, security: ClientSecurity, options: Sequence[tuple[str, Any]] = ()
+) -> Any:
     """An asyncio channel to ``endpoints``: TLS when ``security.tls``, else plaintext."""
     if security.tls:
-        return grpc.aio.secure_channel(endpoints, security.channel_credentials())
-    return grpc.aio.insecure_channel(endpoints)
+        return grpc.aio.secure_channel(endpoints, security.channel_credentials(), options)
+    return grpc.aio.insecure_channel(endpoints, options)
 
 
 def open_channel(
