@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.conftest import wait_until
 from tests.integration.etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
-from tests.integration.test_cluster import Cluster, create_topic, definitions
+from tests.integration.test_cluster import Cluster, definitions
 from tests.integration.test_replica_groups import Groups
 from tests.spark.conftest import produce
 
@@ -68,30 +68,6 @@ def test_reads_every_queue_of_every_broker_exactly_once(
     rows = [r.b for r in spark.read.parquet(str(out)).collect()]
     want = committed | more[0].committed | more[1].committed
     assert sorted(rows) == sorted(want)  # each once: no rolled-back, pending or repeated row
-
-
-def test_the_sink_writes_through_the_cluster_once_per_batch_id(
-    cluster2: Cluster, spark: Any
-) -> None:
-    """The sink given every endpoint writes through a live member (its halves, decisions and
-    ledger on that member, so check-back finds the ledger); a repeated batch id adds nothing;
-    the source given the other member reads every row once."""
-    b1 = cluster2.brokers[1]
-    create_topic(cluster2, "cs-sink", queues=2, type="transaction")
-    df = spark.range(30).selectExpr("string(id) AS body").repartition(2)
-    for _ in range(2):  # the second run of the same batch id is rolled back, not duplicated
-        (
-            df.write.format("txmq")
-            .option("endpoints", cluster2.endpoints)
-            .option("topic", "cs-sink")
-            .option("sinkId", "cluster-job")
-            .option("batchId", "b1")
-            .mode("append")
-            .save()
-        )
-    rows = spark.read.format("txmq").option("endpoints", b1.endpoints).option("topic", "cs-sink")
-    got = sorted(r.b for r in rows.load().selectExpr("string(body) AS b").collect())
-    assert got == sorted(str(i) for i in range(30))
 
 
 @pytest.fixture

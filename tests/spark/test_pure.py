@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import SMALL, Clock
+from txmq.broker.membership import PeerError
+from txmq.errors import BadRequestError
 from txmq.model import PROP_TRANSACTION_ID, Outcome, Record, RecordDraft, TxnFlag
 from txmq.spark import options as opt
 from txmq.spark.options import TxmqOptionError
@@ -23,10 +26,12 @@ from txmq.store.store import Store
 from txmq.txn.ledger import (
     LEDGER_TOPIC,
     PROP_SINK_BATCH,
+    PROP_SINK_LEDGER,
     PROP_SINK_QUERY,
     LedgerEntry,
     LedgerFormatError,
     SinkLedger,
+    ledger_home,
 )
 
 
@@ -87,8 +92,10 @@ def test_java_major() -> None:
     assert java_major("nonsense") == 0
 
 
-def _half(tid: str, query: str = "q", batch: str = "7") -> Record:
+def _half(tid: str, query: str = "q", batch: str = "7", home: str = "") -> Record:
     props = {PROP_TRANSACTION_ID: tid, PROP_SINK_QUERY: query, PROP_SINK_BATCH: batch}
+    if home:
+        props[PROP_SINK_LEDGER] = home
     return Record(
         topic="RMQ_SYS_TRANS_HALF_TOPIC",
         queue_id=0,
@@ -171,3 +178,51 @@ def test_missing_java_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JavaMissingError, match="Spark needs Java 17\\+ and none was found"):
         require_java()
+
+
+def test_a_batch_has_one_ledger_home_whoever_asks() -> None:
+    """The home depends on the batch and the member names only (not their order or who is up),
+    and batches spread over the members."""
+    members = ["b0", "b1", "b2"]
+    homes = [ledger_home(f"q:{b}", members) for b in range(300)]
+    assert homes == [ledger_home(f"q:{b}", list(reversed(members))) for b in range(300)]
+    assert {h: homes.count(h) > 60 for h in members} == dict.fromkeys(members, True)
+    assert ledger_home("q:1", ["solo"]) == "solo"
+    with pytest.raises(BadRequestError):
+        ledger_home("q:1", [])
+
+
+def test_check_back_reads_the_ledger_on_the_batch_home(tmp_path: Path) -> None:
+    """A half whose home is another member is decided from that member's ledger; while the home
+    cannot answer the resolver raises (the coordinator asks again without spending a check);
+    a half of this member, or naming none, reads the local ledger."""
+    store = Store.open(tmp_path / "store", SMALL, now_ms=Clock())
+    try:
+        entry = LedgerEntry("q", "7", frozenset({"a"}), ((0, 0),))
+        remote_log: dict[str, list[tuple[list[str], bytes]]] = {"b1": []}
+        asked: list[str] = []
+
+        def remote(member: str, topic: str, key: str, max_count: int) -> list[Any]:
+            asked.append(member)
+            if member not in remote_log:
+                raise PeerError(f"{member} did not answer")
+            return [r for r in remote_log[member] if key in r[0]][:max_count]
+
+        ledger = SinkLedger(store.find_by_key)
+        ledger.place("b0", remote)
+        assert ledger.resolve(_half("a", home="b1")) is None, "nothing recorded on b1 yet"
+        with pytest.raises(PeerError):
+            ledger.resolve(_half("a", home="b2"))
+        remote_log["b1"].append(([entry.key], entry.encode()))
+        assert ledger.resolve(_half("a", home="b1")) is Outcome.COMMITTED
+        assert ledger.resolve(_half("z", home="b1")) is Outcome.ROLLED_BACK
+        assert asked == ["b1", "b2", "b1"], "the recorded batch is read once"
+        local = LedgerEntry("q", "8", frozenset({"c"}), ((0, 0),))
+        store.append(
+            RecordDraft(topic=LEDGER_TOPIC, queue_id=0, body=local.encode(), keys=(local.key,))
+        )
+        assert ledger.resolve(_half("c", batch="8", home="b0")) is Outcome.COMMITTED
+        assert ledger.resolve(_half("c", batch="8")) is Outcome.COMMITTED
+        assert asked == ["b1", "b2", "b1"], "this member's own ledger is read locally"
+    finally:
+        store.close()

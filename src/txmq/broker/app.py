@@ -284,6 +284,8 @@ async def serve(
         if membership is None:
             membership = owned = membership_for(config, found, port, parts.now_ms, peers)
         membership.security = peers
+        # The sink's check-back reads a batch's ledger on its home member (txn/ledger.py).
+        parts.ledger.place(membership.group.name, membership.find_at if membership.peers else None)
         consume, servicer = _add_services(server, parts, executor, membership)
         if leadership is not None:
             _lead_with(leadership, server, parts, servicer)

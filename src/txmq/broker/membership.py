@@ -32,7 +32,13 @@ from txmq.broker.cluster_file import ClusterFile, Group, Member
 from txmq.broker.election import Leader
 from txmq.broker.routes import Advertised
 from txmq.broker.topics import TopicInfo, TopicRegistry
-from txmq.errors import BadRequestError, TxmqError
+from txmq.errors import (
+    CODE_NOT_FOUND,
+    CODE_TOPIC_NOT_FOUND,
+    BadRequestError,
+    NotFoundError,
+    TxmqError,
+)
 from txmq.model import MessageType
 from txmq.protocol import channels
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
@@ -125,6 +131,7 @@ class Membership:
         # This broker's own replica group as etcd lists it (Leadership.endpoints), when its
         # replicas are not all in a cluster file (``--replica-group`` alone); None otherwise.
         self.registered: Callable[[], list[str]] | None = None
+        self._channels_lock = threading.Lock()
 
     @classmethod
     def solo(cls, host: str, port: int, *, now_ms: Callable[[], int]) -> Membership:
@@ -196,6 +203,13 @@ class Membership:
     # --- Calling peers. ------------------------------------------------------------------------
 
     def _future(self, peer: PeerState, endpoint: str, method: str, args: dict[str, Any]) -> Any:
+        # The probe and check-back (find_at) call peers from executor threads at once.
+        with self._channels_lock:
+            return self._future_locked(peer, endpoint, method, args)
+
+    def _future_locked(
+        self, peer: PeerState, endpoint: str, method: str, args: dict[str, Any]
+    ) -> Any:
         if peer.channel is not None and peer.endpoint != endpoint:
             peer.channel.close()  # the group's leader moved: what its old one missed is moot
             peer.channel, peer.misses, peer.last_error = None, 0, ""
@@ -315,6 +329,36 @@ class Membership:
         for peer, got in replies.items():
             out[peer] = got if isinstance(got, str) else "deleted"
         return out
+
+    # --- Reading a peer's records: the Spark sink's ledger on a batch's home. ------------------
+
+    def find_at(
+        self, group: str, topic: str, key: str, max_count: int
+    ) -> list[tuple[list[str], str]]:
+        """(keys, body) of the newest records with ``key`` in ``topic`` on peer group ``group``
+        (at its leader): how check-back reads a sink batch's ledger record on its home member
+        (txn/ledger.py). Blocking; run in the executor.
+
+        Raises:
+            PeerError: no such peer, it has no leader, or it did not answer now.
+        """
+        peer = next((p for p in self._peers if p.group.name == group), None)
+        endpoint = None if peer is None else self.serving(peer.group)
+        if peer is None or endpoint is None:
+            raise PeerError(f"cluster member {group!r} is not a peer with a leader")
+        args = {"topic": topic, "key": key, "max": max_count}
+        try:
+            reply = channels.admin_reply(
+                self._future(peer, endpoint, "MessageFind", args).result(), "MessageFind"
+            )
+        except grpc.RpcError as exc:
+            status = exc.code() if isinstance(exc, grpc.Call) else None
+            raise PeerError(f"cluster member {group!r} did not answer ({status})") from exc
+        except NotFoundError as exc:
+            if exc.code in (CODE_TOPIC_NOT_FOUND, CODE_NOT_FOUND):
+                return []  # no such topic there yet: nothing recorded
+            raise
+        return [(list(m["keys"]), str(m["body"])) for m in reply["messages"]]
 
     def close(self) -> None:
         for p in self._peers:

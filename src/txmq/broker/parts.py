@@ -103,6 +103,8 @@ class Parts:
             # on first use whether or not other topics are.
             implicit=frozenset({LEDGER_TOPIC}),
         )
+        # The sink ledger's resolver; in a cluster ``app.serve`` tells it where the others are.
+        self.ledger = SinkLedger(self.store.find_by_key)
         self.tx = Transactions(
             self.store,
             d,
@@ -110,7 +112,7 @@ class Parts:
             check_interval_ms=config.transaction_check_interval_ms,
             check_max=config.transaction_check_max,
             now_ms=self.now_ms,
-            resolvers=resolvers if resolvers is not None else [SinkLedger(self.store.find_by_key)],
+            resolvers=resolvers if resolvers is not None else [self.ledger],
         )
         self.deliveries = ConsumerPositions(
             self.store,

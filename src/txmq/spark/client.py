@@ -90,6 +90,7 @@ class SentHalf:
     topic: str
     message_id: str
     transaction_id: str
+    endpoint: str = ""  # the broker that holds it, where it is decided ("": the client's own)
 
 
 def build_message(
@@ -341,7 +342,7 @@ class BrokerClient:
         if len(reply.entries) != len(messages):
             raise RemoteProtocolError("SendMessage answered a different number of entries")
         return [
-            SentHalf(m.topic.name, e.message_id, e.transaction_id)
+            SentHalf(m.topic.name, e.message_id, e.transaction_id, self.endpoints)
             for m, e in zip(messages, reply.entries, strict=True)
         ]
 
@@ -358,7 +359,9 @@ class BrokerClient:
         header, _ = self._data_raw("PrepareBundle", body)
         if header.get("count") != len(messages) or not header.get("transaction_id"):
             raise RemoteProtocolError(f"PrepareBundle answered {header!r}")
-        return SentHalf(topic, str(header["message_id"]), str(header["transaction_id"]))
+        return SentHalf(
+            topic, str(header["message_id"]), str(header["transaction_id"]), self.endpoints
+        )
 
     def end_transaction(self, half: SentHalf, *, commit: bool) -> None:
         """Commit or roll back one half message. Idempotent; a contradicting earlier decision
@@ -399,6 +402,12 @@ class BrokerClient:
         order (a broker without a cluster file is a cluster of one)."""
         reply = self._admin("ClusterInfo", {})
         return [str(m["endpoint"]) for m in reply["members"]]
+
+    def cluster_view(self) -> list[tuple[str, str, bool]]:
+        """(name, endpoint, live as this broker sees it) of every member of its cluster, in
+        cluster-file order (a broker without a cluster file is a cluster of one)."""
+        reply = self._admin("ClusterInfo", {})
+        return [(str(m["name"]), str(m["endpoint"]), bool(m["live"])) for m in reply["members"]]
 
     def find_by_key(self, topic: str, key: str, max_count: int) -> list[tuple[list[str], str]]:
         """(keys, body text) of the newest messages of ``topic`` with ``key``."""

@@ -6,14 +6,18 @@ and theory of operation in txmq.txn.ledger, which the broker's check-back also r
 
 - A task sends its rows as bundles (txn/bundle.py: up to SINK_BUNDLE_BYTES_MAX of rows in ONE
   transaction, one half record, one durable write), tagged with (query, batch, partition,
-  attempt), and returns ``SentHalves`` listing the bundles' transaction ids. Nothing is
-  visible yet. A busy broker (disk watermark, too many pending transactions) is waited out.
-- The driver's ``commit`` looks the batch up in the ledger. Not there: it appends the ledger
-  record listing the transactions it commits, then commits each one (a bundle's commit makes
-  all its rows visible in one append). Already there (Spark
-  re-runs the last batch after a driver crash between this commit and its own commit record):
-  it rolls back this run's copies. A driver that dies between the ledger record and its
-  decisions leaves them to check-back, which commits exactly what the ledger lists.
+  attempt) and the batch's ledger home, and returns ``SentHalves`` listing the bundles'
+  transaction ids and the broker holding each. Nothing is visible yet. In a cluster the
+  bundles go round-robin to every live member (spark/members.py); a member that fails is
+  skipped, a busy one (disk watermark, too many pending transactions) is waited out.
+- The driver's ``commit`` looks the batch up in the ledger of its home member (one per batch,
+  txn/ledger.py ``ledger_home``). Not there: it appends the ledger record listing the
+  transactions it commits, then commits each one on the member that holds it (a bundle's
+  commit makes all its rows visible in one append). Already there (Spark re-runs the last
+  batch after a driver crash between this commit and its own commit record): it rolls back
+  this run's copies. A driver that dies between the ledger record and its decisions leaves
+  them to check-back (on every member, reading the home's ledger), which commits exactly
+  what the ledger lists.
 - ``abort`` rolls back (unless the ledger already committed the batch: the record is the
   decision). Halves of failed task attempts are never listed, so check-back rolls them back.
 
@@ -52,12 +56,14 @@ from txmq import errors, limits
 from txmq.spark import options as opt
 from txmq.spark.client import BrokerClient, SentHalf
 from txmq.spark.client import build_message as _message
+from txmq.spark.members import Brokers, SinkCluster, Spread
 from txmq.spark.options import SchemaError, TxmqOptionError
 from txmq.txn import bundle
 from txmq.txn.ledger import (
     LEDGER_TOPIC,
     PROP_SINK_ATTEMPT,
     PROP_SINK_BATCH,
+    PROP_SINK_LEDGER,
     PROP_SINK_PARTITION,
     PROP_SINK_QUERY,
     LedgerEntry,
@@ -74,7 +80,9 @@ DECISIONS_IN_FLIGHT: Final = 16
 FAILPOINT_ENV: Final = "TXMQ_SPARK_FAILPOINT"
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
-_SINK_PROPS = frozenset({PROP_SINK_QUERY, PROP_SINK_BATCH, PROP_SINK_PARTITION, PROP_SINK_ATTEMPT})
+_SINK_PROPS = frozenset(
+    {PROP_SINK_QUERY, PROP_SINK_BATCH, PROP_SINK_PARTITION, PROP_SINK_ATTEMPT, PROP_SINK_LEDGER}
+)
 
 
 class SinkCommitLostError(errors.TransactionError):
@@ -155,6 +163,10 @@ class _Sink:
         self.batch_id = opts.get("batchid", "").strip() or uuid.uuid4().hex
         ledger_key(self.sink_id, self.batch_id)  # checks both now, not in every task
 
+    def cluster(self) -> SinkCluster:
+        """The members, asked now (each task and each commit asks: liveness changes)."""
+        return SinkCluster.discover(self.endpoints, self.security)
+
     def _encode(self, row: dict[str, Any], born_ms: int) -> tuple[str, bytes]:
         """One row as (topic, message of a bundle). Raises SchemaError for a row no topic
         could take."""
@@ -186,24 +198,24 @@ class _Sink:
         so a task holds a bounded number of bytes whatever its rows."""
         ctx = TaskContext.get()
         part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
+        cluster = self.cluster()
         tags = {
             PROP_SINK_QUERY: query,
             PROP_SINK_BATCH: batch,
             PROP_SINK_PARTITION: str(part),
             PROP_SINK_ATTEMPT: str(attempt),
+            PROP_SINK_LEDGER: cluster.home(query, batch)[0],
         }
         out = SentHalves(query, batch, part, attempt)
         born_ms = int(time.time() * 1000)
-        with (
-            BrokerClient(self.endpoints, security=self.security) as broker,
-            ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool,
-        ):
+        with Brokers(self.security) as brokers, ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool:
+            spread = Spread.over(cluster, brokers, start=part)
             sending: deque[Future[SentHalf]] = deque()
 
             def ship(topic: str, messages: list[bytes]) -> None:
                 while len(sending) >= SENDS_IN_FLIGHT:  # in order; a failure fails the task
                     out.halves.append(sending.popleft().result())
-                sending.append(pool.submit(_prepare, broker, topic, messages, tags))
+                sending.append(pool.submit(_prepare, spread, topic, messages, tags))
 
             filling: dict[str, _Filling] = {}
             for rb in batches:
@@ -228,8 +240,9 @@ class _Sink:
     def commit_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
         """Driver side: ledger record first, then the decisions (see the module docstring)."""
         sent = _sent(messages, query, batch)
-        with BrokerClient(self.endpoints, security=self.security) as broker:
-            recorded = _ledger(broker, query, batch)
+        _, home = self.cluster().home(query, batch)
+        with Brokers(self.security) as brokers:
+            recorded = _ledger(brokers.get(home), query, batch)
             if recorded:
                 committed = frozenset().union(*(e.committed for e in recorded))
             else:
@@ -239,19 +252,20 @@ class _Sink:
                     frozenset(h.transaction_id for m in sent for h in m.halves),
                     tuple(sorted((m.partition, m.attempt) for m in sent)),
                 )
-                _append_ledger(broker, entry)
+                _append_ledger(brokers.get(home), entry)
                 _failpoint("after-ledger", batch)
                 committed = entry.committed
-            _decide(broker, sent, committed, query, batch)
+            _decide(brokers, home, sent, committed, query, batch)
         _failpoint("after-sink-commit", batch)
 
     def abort_batch(self, messages: Sequence[Any], query: str, batch: str) -> None:
         """Roll back, unless the ledger already committed the batch: it is the decision."""
         sent = _sent(messages, query, batch)
-        with BrokerClient(self.endpoints, security=self.security) as broker:
-            recorded = _ledger(broker, query, batch)
+        _, home = self.cluster().home(query, batch)
+        with Brokers(self.security) as brokers:
+            recorded = _ledger(brokers.get(home), query, batch)
             committed = frozenset().union(*(e.committed for e in recorded))
-            _decide(broker, sent, committed, query, batch)
+            _decide(brokers, home, sent, committed, query, batch)
 
 
 @dataclass
@@ -275,21 +289,28 @@ class _Filling:
 
 
 def _prepare(
-    broker: BrokerClient, topic: str, messages: list[bytes], tags: Mapping[str, str]
+    to: Spread | BrokerClient, topic: str, messages: list[bytes], tags: Mapping[str, str]
 ) -> SentHalf:
-    """PrepareBundle, waiting out back-pressure: a busy broker (disk above its watermark, too
-    many pending transactions) or one that does not answer is asked again after doubling
-    pauses, for up to SINK_BUSY_RETRY_S_MAX. A bundle stored twice (an answer lost) is never
-    listed in the ledger, so check-back rolls the stray copy back."""
+    """PrepareBundle on the next member of the spread, waiting out back-pressure: a busy broker
+    (disk above its watermark, too many pending transactions) or one that does not answer is
+    skipped for another member at once while one is believed live, else asked again after
+    doubling pauses, for up to SINK_BUSY_RETRY_S_MAX. A bundle stored twice (an answer lost)
+    is never listed in the ledger, so check-back rolls the stray copy back."""
+    spread = to if isinstance(to, Spread) else Spread.single(to)
     deadline = time.monotonic() + limits.SINK_BUSY_RETRY_S_MAX
     pause = limits.SINK_BUSY_BACKOFF_S_MIN
-    while True:  # bounded by the deadline: each turn sleeps at least SINK_BUSY_BACKOFF_S_MIN
+    # Bounded by the deadline: each turn sleeps at least SINK_BUSY_BACKOFF_S_MIN, except a
+    # turn that skips a failed member, at most one per member between two sleeps.
+    while True:
+        broker = spread.next()
         try:
             return broker.prepare_bundle(topic, messages, tags)
         except errors.TxmqError as exc:
             busy = exc.retriable or isinstance(exc, errors.BrokerUnavailableError)
             if not busy or time.monotonic() + pause > deadline:
                 raise
+            if spread.failed(broker.endpoints):
+                continue
         time.sleep(pause)  # back-pressure: the broker said "later", without an event to wait on
         pause = min(pause * 2, limits.SINK_BUSY_BACKOFF_S_MAX)
 
@@ -322,19 +343,21 @@ def _ledger(broker: BrokerClient, query: str, batch: str) -> list[LedgerEntry]:
 
 
 def _decide(
-    broker: BrokerClient,
+    brokers: Brokers,
+    home: str,
     sent: list[SentHalves],
     committed: frozenset[str],
     query: str,
     batch: str,
 ) -> None:
-    """Commit the listed halves and roll back the rest, concurrently (shared fsyncs)."""
+    """Commit the listed halves and roll back the rest, each on the member that holds it (a
+    half that names none: the ledger's home), concurrently (shared fsyncs)."""
     halves = [h for m in sent for h in m.halves]
 
     def one(h: SentHalf) -> None:
         commit = h.transaction_id in committed
         try:
-            broker.end_transaction(h, commit=commit)
+            brokers.get(h.endpoint or home).end_transaction(h, commit=commit)
         except errors.TransactionConflictError as exc:
             if commit:
                 raise SinkCommitLostError(query, batch, h.transaction_id, str(exc)) from exc

@@ -23,6 +23,13 @@ A replayed batch (Spark re-runs the last batch when the driver died after the si
 before Spark's own commit record) finds its key in the ledger, so the driver rolls back the new
 copies instead of committing them: no duplicates.
 
+In a cluster the tasks spread a batch's bundles over every live member (each bundle is decided
+on the member that holds it), but the batch has ONE ledger record, on its home member
+(``ledger_home``: a function of the batch's key and the cluster's member names). Every half
+names its home (PROP_SINK_LEDGER); a member's check-back reads the home's ledger over the
+cluster's admin channel (``SinkLedger.place``), and while the home does not answer the half
+waits without spending a check, so a batch is never decided from a partial view.
+
 Registering (the broker does this in broker/parts.py)::
 
     Transactions(store, ..., resolvers=[SinkLedger(store.find_by_key)])
@@ -33,6 +40,7 @@ it claims on schedule without any live producer, which a dead Spark driver never
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections import OrderedDict
@@ -54,9 +62,16 @@ PROP_SINK_QUERY: Final = "SPARK_SINK_QUERY"
 PROP_SINK_BATCH: Final = "SPARK_SINK_BATCH"
 PROP_SINK_PARTITION: Final = "SPARK_SINK_PARTITION"
 PROP_SINK_ATTEMPT: Final = "SPARK_SINK_ATTEMPT"
+# The cluster member (group) whose ledger holds the half's batch record (``ledger_home``): the
+# sink spreads a batch's bundles over every live member, but writes its ONE ledger record on
+# this member, and every member's check-back reads it there. Absent: this broker's own ledger.
+PROP_SINK_LEDGER: Final = "SPARK_SINK_LEDGER"
 
 
 Lookup = Callable[[str, str, int], Sequence[Record]]
+# (member, topic, key, max_count) -> (keys, body) of the records with that key in the member's
+# log; raises (any TxmqError) when the member cannot answer now.
+RemoteLookup = Callable[[str, str, str, int], Sequence[tuple[Sequence[str], bytes | str]]]
 
 
 class LedgerFormatError(BadRequestError):
@@ -77,6 +92,20 @@ def ledger_key(query: str, batch: str) -> str:
             f"at most {limits.KEY_LENGTH_MAX - 1} characters"
         )
     return key
+
+
+def ledger_home(key: str, members: Sequence[str]) -> str:
+    """The member whose ledger holds batch ``key``'s record: rendezvous hashing over the names
+    of EVERY member of the cluster, live or not, so the driver of any run of the batch (a replay
+    after a crash too) and every broker's check-back find the same one whoever is up. A batch
+    whose home is down cannot commit until it is back; it is never decided twice."""
+    if not members:
+        raise BadRequestError("a ledger home needs at least one cluster member")
+
+    def weight(member: str) -> bytes:
+        return hashlib.sha256(f"{member}\0{key}".encode()).digest()
+
+    return max(members, key=weight)
 
 
 @dataclass(frozen=True)
@@ -153,21 +182,35 @@ class SinkLedger:
 
     def __init__(self, lookup: Lookup) -> None:
         self.lookup = lookup
+        # In a cluster (``place``): this member's name and how to read another member's ledger.
+        self.here = ""
+        self.remote: RemoteLookup | None = None
         self._found: OrderedDict[str, list[LedgerEntry]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def place(self, here: str, remote: RemoteLookup | None) -> None:
+        """This broker is member ``here`` of a cluster; ``remote`` reads another's ledger."""
+        self.here, self.remote = here, remote
 
     def claims(self, half: Record) -> bool:
         return sink_batch(half) is not None
 
-    def entries(self, query: str, batch: str) -> list[LedgerEntry]:
+    def entries(self, query: str, batch: str, home: str = "") -> list[LedgerEntry]:
+        """The batch's ledger entries, read on member ``home`` (here when empty, this member,
+        or outside a cluster). Raises what ``remote`` raises when the home cannot answer: the
+        coordinator then asks again later without spending a check."""
         key = ledger_key(query, batch)
         with self._lock:
             found = self._found.get(key)
             if found is not None:
                 self._found.move_to_end(key)
                 return found
-        records = self.lookup(LEDGER_TOPIC, key, limits.LEDGER_RECORDS_PER_KEY_MAX)
-        found = [LedgerEntry.decode(key, r.body) for r in records if key in r.keys]
+        max_count = limits.LEDGER_RECORDS_PER_KEY_MAX
+        if home and home != self.here and self.remote is not None:
+            pairs = self.remote(home, LEDGER_TOPIC, key, max_count)
+        else:
+            pairs = [(r.keys, r.body) for r in self.lookup(LEDGER_TOPIC, key, max_count)]
+        found = [LedgerEntry.decode(key, body) for keys, body in pairs if key in keys]
         if found:  # "not recorded yet" may change at any moment: never kept
             with self._lock:
                 self._found[key] = found
@@ -179,7 +222,7 @@ class SinkLedger:
         found = sink_batch(half)
         if found is None:
             return None
-        return decide(half, self.entries(*found))
+        return decide(half, self.entries(*found, half.properties.get(PROP_SINK_LEDGER, "")))
 
     def __call__(self, half: Record) -> Outcome | None:
         """Plain-resolver form, for a coordinator that takes callables only."""
