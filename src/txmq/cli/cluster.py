@@ -3,8 +3,9 @@
 Owns: ``cluster up`` (writes DIR/cluster.toml, starts one ``txmq broker --cluster`` process per
 member on consecutive ports with data dirs DIR/<member>, prints each member's "listening" line,
 stops them all on SIGTERM or Ctrl-C; with ``--replicas R`` the members are N groups of R
-replicas and a local etcd runs beside them unless ``--etcd`` names one) and ``cluster status`` (every member: reachable or not, its
-disk, topics, queues and messages, asked of each member itself).
+replicas and a local etcd runs beside them unless ``--etcd`` names one) and ``cluster status``
+(every member: reachable or not, its disk, topics, queues and messages, asked of each member
+itself).
 Must not: supervise beyond reporting: a member that dies is reported, not restarted (an operator
 or a service manager decides), and the others keep serving their queues.
 """
