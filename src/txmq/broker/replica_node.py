@@ -46,6 +46,9 @@ from txmq.protocol.client_security import ClientSecurity, open_aio_channel
 
 log = logging.getLogger(__name__)
 _SHUTDOWN_GRACE_S = 1.0
+# A follower being promoted closes its port for as short a time as it can: what is in flight
+# there waits for a leader that is gone (forwarded calls) or is a stream the client reopens.
+_PROMOTION_GRACE_S = 0.1
 _MESSAGE_SIZES = (
     ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
     ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -206,7 +209,9 @@ async def _follow(
                 await follower.run(stop)
             finally:
                 done.set()
-                await server.stop(grace=_SHUTDOWN_GRACE_S)
+                promoted = not stop.is_set()
+                await server.stop(grace=_PROMOTION_GRACE_S if promoted else _SHUTDOWN_GRACE_S)
+                log.info("follower's port closed%s", " to lead" if promoted else "")
         finally:
             if watcher is not None:
                 await asyncio.gather(watcher, return_exceptions=True)
