@@ -264,6 +264,9 @@ assert TRANSACTIONS_DEAD_MAX <= TRANSACTIONS_PENDING_MAX
 # (group, topic, queue) positions a broker tracks; each costs a delivery book in memory and a row
 # in the positions file, so a client inventing group names cannot grow them without end.
 CONSUMER_QUEUES_MAX: Final = 100_000
+# Transaction ids drawn per os.urandom call (txn/ids.py): each call releases the GIL, which on
+# the broker's event loop costs a hand-off to another thread; 256 ids are 4 KiB of randomness.
+TRANSACTION_ID_POOL_IDS: Final = 256
 # Half records kept in memory between prepare and decision so a commit need not read its half
 # back from disk; beyond this many bytes the oldest are dropped and read back when decided.
 TRANSACTION_HALF_CACHE_BYTES: Final = 16 * MiB

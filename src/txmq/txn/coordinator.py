@@ -55,7 +55,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,6 +73,7 @@ from txmq.model import (
 from txmq.store.store import Pending, Store
 from txmq.txn import records
 from txmq.txn.book import Due, Txn, TxnBook, Wait
+from txmq.txn.ids import new_transaction_id
 from txmq.txn.replay import load_book
 from txmq.txn.steps import DecisionInFlightError, Steps, run_all, run_blocking
 from txmq.txn.values import CheckRequest as CheckRequest
@@ -154,7 +154,7 @@ class Transactions(TxnViews):
     ) -> tuple[str, AppendResult]:
         """Store the half message durably; returns (transaction id, where it was stored).
 
-        ``draft`` names the real topic and queue. A new uuid4 hex id is used when
+        ``draft`` names the real topic and queue. A new random hex id (txn/ids.py) is used when
         ``transaction_id`` is empty. ``check_immunity_ms`` replaces the broker's transaction
         timeout before the first check-back for this message.
 
@@ -184,7 +184,7 @@ class Transactions(TxnViews):
     ) -> Steps[tuple[str, AppendResult]]:
         """``prepare`` as steps: yields the store write to wait for (see ``Steps``)."""
         invariant(draft.flag is TxnFlag.NORMAL, "prepare takes the real message as a draft")
-        tid = transaction_id or uuid.uuid4().hex
+        tid = transaction_id or new_transaction_id()
         half = records.half_draft(
             draft,
             transaction_id=tid,
