@@ -154,6 +154,8 @@ def _run(tmp: Path, etcd: str, args: argparse.Namespace, n: int) -> dict[str, ob
             leader.send_signal(signal.SIGKILL)
         else:
             leader.send_signal(signal.SIGSTOP)
+            # Resumed after --pause-s whatever happens: a client stuck on it shows here.
+            threading.Timer(args.pause_s, leader.send_signal, (signal.SIGCONT,)).start()
         fault = time.monotonic()
         _wait(lambda: committed[-1][0] > fault, "a commit after the fault")
         took = next(t for t, _ in committed if t > fault) - fault
@@ -193,6 +195,7 @@ def main() -> None:
     ap.add_argument("--fault", choices=["kill", "stop"], default="kill")
     ap.add_argument("--connected", choices=["leader", "follower"], default="leader")
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--pause-s", type=float, default=15.0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-failover-"))
     etcd_proc, etcd = start_local_etcd(tmp / "etcd")
