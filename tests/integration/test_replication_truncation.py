@@ -85,10 +85,9 @@ def test_an_old_leader_refetches_only_its_divergent_tail(group: list[BrokerProce
     assert follower.proc is not None
     follower.proc.send_signal(signal.SIGSTOP)
     try:
-        # sleep: the paused follower's outstanding long poll is answered (empty) after
-        # REPLICA_FETCH_WAIT_MS; nothing outside shows when, and a tail written before then
-        # could still reach it (see below).
-        time.sleep(1.0)
+        # The paused follower's outstanding long poll is answered (empty) after
+        # REPLICA_FETCH_WAIT_MS; a tail written before then could still reach it (see below).
+        time.sleep(1.0)  # sleep: no event outside the leader shows that answer has gone
         tail = [[f"tail-{b}-{i}" for i in range(16)] for b in range(4)]
         with concurrent.futures.ThreadPoolExecutor(len(tail)) as pool:
             codes = list(pool.map(lambda ids: send_batch(leader.endpoints, "t", ids), tail))
