@@ -113,3 +113,11 @@ def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
     args = ("--seconds", "0.3", "--threads", "1", "--rounds", "1")
     out = run_bench("bench_replication.py", *args, tmp=tmp_path)
     assert "SYNC 2 replicas / single broker throughput" in out, out
+
+
+def test_bench_groups_reports_start_and_failover(tmp_path: Path) -> None:
+    from tests.integration.etcd_fixtures import ensure_etcd
+
+    ensure_etcd()
+    out = run_bench("bench_groups.py", "--runs", "1", tmp=tmp_path)
+    assert "2x2 run 0: listening lines" in out and "after kill -9" in out, out

@@ -5,7 +5,7 @@ member on consecutive ports with data dirs DIR/<member>, prints each member's "l
 stops them all on SIGTERM or Ctrl-C; with ``--replicas R`` the members are N groups of R
 replicas and a local etcd runs beside them unless ``--etcd`` names one) and ``cluster status``
 (every member: reachable or not, its disk, topics, queues and messages, asked of each member
-itself).
+itself; for replicas, cluster_replicas.py's view).
 Must not: supervise beyond reporting: a member that dies is reported, not restarted (an operator
 or a service manager decides), and the others keep serving their queues.
 """
