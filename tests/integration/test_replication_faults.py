@@ -101,7 +101,7 @@ def test_random_faults_never_lose_an_acknowledged_message(
     try:
         wait_until(lambda: _leader(group) is not None, 20, "a leader")
         leader = _leader(group)
-        assert leader is not None and route(leader.endpoints, "chaos") == [leader.port]
+        assert leader is not None and leader.port in route(leader.endpoints, "chaos")
         sender = threading.Thread(target=_sender, args=(group, h), daemon=True)
         sender.start()
         faults: list[str] = []

@@ -163,6 +163,12 @@ class Follower:
             reply: bytes = await call(json.dumps(args).encode(), timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             log.info("%s from %s failed: %s", method, endpoint, exc.code())
+            if exc.code() is grpc.StatusCode.UNAVAILABLE and self._channel is not None:
+                # A fresh channel next time: a leader restarted on the same port is reached at
+                # once, not after the old channel's reconnect backoff (which grows to minutes,
+                # during which this follower stays eligible by its last successful fetch).
+                asyncio.get_running_loop().create_task(self._channel[1].close())
+                self._channel = None
             await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
             return None
         return reply
