@@ -473,6 +473,10 @@ FORWARD_METADATA_MAX: Final = 64
 # A follower's forwarding channel to its leader gives up on an answer after this long when the
 # client's call carries no deadline (the official clients always send one, 3 s by default).
 FORWARD_CALL_TIMEOUT_MS: Final = 10_000
+# A forwarded call's deadline is the client's less this margin, so that a follower whose leader
+# does not answer can still tell the client so (HA_NOT_AVAILABLE naming the leader) before the
+# client gives up; a local round trip takes far less.
+FORWARD_DEADLINE_MARGIN_MS: Final = 200
 # Forwarded calls open at once on one follower (each open Telemetry stream or receive long
 # poll is one for its whole life; a client holds one Telemetry stream per broker): past it a
 # call is refused with HA_NOT_AVAILABLE naming the leader instead of queueing without end.

@@ -4,12 +4,13 @@ Owns: the follower's handler of every ``apache.rocketmq.v2.MessagingService`` me
 QueryRoute and QueryAssignment (answered from this replica's view): unary calls (SendMessage,
 EndTransaction, AckMessage, Heartbeat, ...), the ReceiveMessage server stream and the Telemetry
 bidi stream are sent to the current leader with the client's request bytes and metadata
-(signature, date, client id) unchanged and its deadline, waiting for the leader's port within
-that deadline (a new leader opens it a moment after it is elected), and the leader's answer is
-sent back unchanged; the one channel to the leader, closed when the leader changes (so calls
-to a dead or paused leader end as soon as etcd names another); a Telemetry stream whose leader
-went away is opened again to the next leader with the client's last Settings, so check-backs
-of the new leader reach a producer connected here. Why (ADR 0006): routes carry every
+(signature, date, client id) unchanged and its deadline (less FORWARD_DEADLINE_MARGIN_MS),
+waiting for the leader's port within that deadline (a new leader opens it a moment after it
+is elected), and the leader's answer is sent back unchanged; the one channel to the leader,
+closed when the leader changes (so calls to a dead or paused leader end as soon as etcd names
+another); a Telemetry stream whose leader went away is opened again to the next leader with
+the client's last Settings, so check-backs of the new leader reach a producer connected here.
+Why (ADR 0006): routes carry every
 replica's address, the clients dial whichever answers, and after a failover they need no new
 route.
 Errors: no leader known within FORWARD_LEADER_WAIT_MS, a leader that does not answer, or too
@@ -163,8 +164,10 @@ class Forwarder:
         if target is None:
             return refusal_bytes(name, self._refusal("no leader is known yet"))
         remaining = context.time_remaining()
-        timeout = limits.FORWARD_CALL_TIMEOUT_MS / 1000 if remaining is None else remaining
-        return target, max(0.0, timeout)
+        if remaining is None:
+            return target, limits.FORWARD_CALL_TIMEOUT_MS / 1000
+        # A little less than the client's deadline: the refusal must reach it in time.
+        return target, max(0.0, remaining - limits.FORWARD_DEADLINE_MARGIN_MS / 1000)
 
     async def _failed(
         self, name: str, target: str, exc: grpc.aio.AioRpcError, context: Any
