@@ -59,6 +59,7 @@ def test_the_spark_connector_client_with_credentials_over_tls(
     # calls are the ones its tasks make).
     from txmq.errors import ForbiddenError, UnauthorizedError
     from txmq.spark.client import BrokerClient
+    from txmq.spark.members import UNNAMED, SinkCluster
     from txmq.spark.options import TxmqOptionError, security
     from txmq.spark.source import TxmqPartition, read_partition
     from txmq.txn.bundle import encode_message
@@ -81,6 +82,11 @@ def test_the_spark_connector_client_with_credentials_over_tls(
         sink.end_transaction(half, commit=False)
         with pytest.raises(ForbiddenError, match="may not subscribe to topic"):
             sink.queue_ranges(TOPIC)  # a publisher does not read
+    # Without the admin right the sink may not ask for the cluster's members: it writes to the
+    # endpoints given, as to one broker, and names no ledger home (the broker reads its own).
+    assert SinkCluster.discover(secure.endpoints, writer).members == (
+        (UNNAMED, secure.endpoints, True),
+    )
     with BrokerClient(secure.endpoints, security=reader) as source:
         with pytest.raises(ForbiddenError, match="may not publish"):
             source.prepare_bundle(TOPIC, bundled, {})

@@ -17,9 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from txmq import errors
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 from txmq.spark.client import BrokerClient
 from txmq.txn.ledger import ledger_home, ledger_key
+
+# The member name of a cluster the sink could not ask about (no ledger home is named then).
+UNNAMED = ""
 
 
 @dataclass(frozen=True)
@@ -30,15 +34,22 @@ class SinkCluster:
 
     @classmethod
     def discover(cls, endpoints: str, security: ClientSecurity = PLAINTEXT) -> SinkCluster:
-        """Ask a member at ``endpoints``. A broker alone is used at the address the user gave."""
-        with BrokerClient(endpoints, security=security) as broker:
-            view = broker.cluster_view()
+        """Ask a member at ``endpoints``. A broker alone is used at the address the user gave.
+        Credentials without the admin right may not ask (ClusterInfo is an admin call on a
+        broker with an ACL): then everything goes to ``endpoints`` as to one broker, with no
+        ledger home named, so the broker that holds the halves reads its own ledger."""
+        try:
+            with BrokerClient(endpoints, security=security) as broker:
+                view = broker.cluster_view()
+        except (errors.ForbiddenError, errors.UnauthorizedError):
+            return cls(((UNNAMED, endpoints, True),))
         if len(view) == 1:
             view = [(view[0][0], endpoints, True)]
         return cls(tuple(view))
 
     def home(self, query: str, batch: str) -> tuple[str, str]:
-        """(name, endpoint) of the member whose ledger holds the batch (txn/ledger.py)."""
+        """(name, endpoint) of the member whose ledger holds the batch (txn/ledger.py); the
+        name is UNNAMED when the cluster could not be asked."""
         name = ledger_home(ledger_key(query, batch), [n for n, _, _ in self.members])
         return name, next(ep for n, ep, _ in self.members if n == name)
 

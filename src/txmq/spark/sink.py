@@ -204,8 +204,10 @@ class _Sink:
             PROP_SINK_BATCH: batch,
             PROP_SINK_PARTITION: str(part),
             PROP_SINK_ATTEMPT: str(attempt),
-            PROP_SINK_LEDGER: cluster.home(query, batch)[0],
         }
+        home = cluster.home(query, batch)[0]
+        if home:  # else unnamed: the broker holding each half reads its own ledger
+            tags[PROP_SINK_LEDGER] = home
         out = SentHalves(query, batch, part, attempt)
         born_ms = int(time.time() * 1000)
         with Brokers(self.security) as brokers, ThreadPoolExecutor(SENDS_IN_FLIGHT) as pool:
