@@ -114,3 +114,67 @@ def test_one_replica_group_acknowledges_on_the_leader_alone() -> None:
     isr = InSync([], now_ms=0)
     assert isr.durable_end(77, min_insync=1, now_ms=10**9) == 77
     assert isr.durable_end(77, min_insync=2, now_ms=0) == -1
+
+
+# --- The in-sync set stored in etcd (ADR 0005). ------------------------------------------------
+
+
+def test_a_shrink_is_stored_before_acks_proceed_without_the_dropped_member() -> None:
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored(["r1", "r2"], now_ms=0)
+    isr.fetched("r1", 100, leader_end=100, now_ms=500)
+    isr.fetched("r2", 100, leader_end=100, now_ms=500)
+    isr.acked = 100
+    assert isr.wanted(min_insync=2, now_ms=500) is None  # both in sync: nothing to store
+    assert isr.durable_end(100, min_insync=2, now_ms=500) == 100
+    # r2 stops fetching (paused); r1 keeps up with new writes.
+    for t in range(1_000, 4_000, 500):
+        isr.fetched("r1", 100 + t, leader_end=100 + t, now_ms=t)
+    assert isr.members(3_500) == ["r1"]
+    # Until etcd stores the smaller set, acks still wait for r2: every stored member holds them.
+    assert isr.durable_end(3_600, min_insync=2, now_ms=3_500) == 100
+    assert isr.wanted(min_insync=2, now_ms=3_500) == {"r1"}
+    isr.stored = {"r1"}  # what Replication does once etcd answered the put
+    assert isr.durable_end(3_600, min_insync=2, now_ms=3_500) == 3_600
+
+
+def test_the_set_never_shrinks_below_min_insync_and_joins_only_who_holds_every_ack() -> None:
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored(["r1"], now_ms=0)
+    isr.acked = 0
+    # r1 is gone past the lag: with min_insync 2 it stays (acks wait for it, it may lead).
+    assert isr.wanted(min_insync=2, now_ms=5_000) is None
+    assert isr.durable_end(500, min_insync=2, now_ms=5_000) == 0
+    # r2 appears behind what was acknowledged: not a member yet; once it holds it, it joins.
+    isr.acked = 300
+    isr.fetched("r2", 200, leader_end=500, now_ms=5_000)
+    assert isr.wanted(min_insync=2, now_ms=5_000) is None
+    isr.fetched("r2", 500, leader_end=500, now_ms=5_100)
+    assert isr.wanted(min_insync=2, now_ms=5_100) == {"r2"}  # r1 left, r2 joined: 2 remain
+    isr.stored = {"r2"}
+    assert isr.durable_end(500, min_insync=2, now_ms=5_100) == 500
+    # Fewer than min_insync stored: refused.
+    isr.stored = set()
+    assert isr.durable_end(500, min_insync=2, now_ms=5_100) == -1
+
+
+def test_a_replica_outside_the_stored_set_never_campaigns() -> None:
+    """A paused follower that resumes thinks itself in sync by its last fetch (eligible), but
+    the set in etcd dropped it while it slept: it must not lead without the last acks."""
+    e = Election("r3")
+    for now in range(0, 60_000, limits.REPLICA_OBSERVE_PERIOD_MS):
+        step = e.next_step(now, eligible=True)
+        assert step in (Step.OBSERVE, Step.WAIT), step
+        if step is Step.OBSERVE:
+            e.insync = ["r1", "r2"]
+            e.observed(now, None)  # no leader at all: still not its turn
+    e.insync = ["r1", "r2", "r3"]  # caught up and re-admitted by a leader
+    e.observed(60_000, None)
+    assert e.next_step(60_000, eligible=True) is Step.GRANT
+
+
+def test_a_fresh_group_without_a_stored_set_lets_everyone_campaign() -> None:
+    e = Election("r9")
+    assert e.next_step(0) is Step.OBSERVE
+    e.observed(0, None)
+    assert e.insync is None and e.next_step(0) is Step.GRANT

@@ -53,6 +53,9 @@ class Election:
         self.observed_ms: int | None = None  # when the leader key was last read
         self.renewed_ms = 0  # when our last keepalive (or grant) was sent
         self.due_ms = 0
+        # The group's in-sync set as etcd stored it when the leader key was last read (None:
+        # no set stored, a fresh group or ASYNC replication: every replica may campaign).
+        self.insync: list[str] | None = None
 
     # --- What to do next. ---------------------------------------------------------------------
 
@@ -71,7 +74,9 @@ class Election:
 
     def next_step(self, now_ms: int, *, eligible: bool = True) -> Step:
         """The step due now; ``eligible`` False keeps a replica that was not in sync with the
-        last leader from campaigning (no unclean election, ADR 0005)."""
+        last leader from campaigning, and so does a stored in-sync set that does not name this
+        replica (no unclean election, ADR 0005)."""
+        eligible = eligible and (self.insync is None or self.me in self.insync)
         if self.lease_id is not None and now_ms >= self.lease_deadline_ms:
             self._lapse()
         if self.leads(now_ms):
@@ -156,6 +161,31 @@ class InSync:
         self.lag_max_ms = lag_max_ms
         # A new leader counts its followers in sync until lag_max_ms passes without them.
         self.followers = {name: Follower(0, now_ms) for name in followers}
+        # With SYNC replication, the followers of the set stored in etcd (None: not kept; then
+        # the lag rule alone counts). Every acknowledged byte is durable on each of them.
+        self.stored: set[str] | None = None
+        self.acked = 0  # every byte below was acknowledged as durable on the group
+
+    def keep_stored(self, members: list[str], now_ms: int) -> None:
+        """Keep the set in etcd, starting from ``members`` (the followers the last stored set
+        names: a new leader's epoch starts from its predecessor's set, ADR 0005)."""
+        invariant(len(self.followers) + len(members) < limits.REPLICAS_MAX, "too many followers")
+        for name in members:
+            self.followers.setdefault(name, Follower(0, now_ms))
+        self.stored = set(members)
+
+    def wanted(self, min_insync: int, now_ms: int) -> set[str] | None:
+        """The followers to store as the in-sync set next (None: the stored set stands). A
+        member out of sync by the lag rule leaves, unless fewer than ``min_insync`` replicas
+        would remain (acks wait for it then anyway, so it still holds every acknowledged byte
+        and may still lead); a follower in sync joins once it holds every acknowledged byte."""
+        invariant(self.stored is not None, "the in-sync set is kept in etcd")
+        assert self.stored is not None  # for mypy
+        lagging = set(self.members(now_ms))
+        keep = self.stored & lagging
+        new = {n for n in lagging - self.stored if self.followers[n].fetched_to >= self.acked}
+        target = keep | new if len(keep | new) + 1 >= min_insync else self.stored | new
+        return None if target == self.stored else target
 
     def fetched(self, name: str, offset: int, leader_end: int, now_ms: int) -> None:
         """Follower ``name`` fetched from ``offset``; a follower not seen before joins (the
@@ -182,6 +212,10 @@ class InSync:
         """Every byte below the answer is durable on ``min_insync`` in-sync replicas (the
         leader included); -1 if fewer than ``min_insync`` replicas are in sync."""
         invariant(min_insync >= 1, "min_insync_replicas >= 1")
+        if self.stored is not None:  # every member of the stored set holds it, and enough do
+            if len(self.stored) + 1 < min_insync:
+                return -1
+            return min([leader_durable] + [self.followers[n].fetched_to for n in self.stored])
         ends = sorted(
             [leader_durable] + [self.followers[n].fetched_to for n in self.members(now_ms)],
             reverse=True,
@@ -194,6 +228,10 @@ class InSync:
         """Every byte below the answer is durable on ``min_insync - 1`` in-sync followers (-1 if
         fewer are in sync): where the leader's own durable records are on ``min_insync``."""
         invariant(min_insync >= 2, "the leader alone needs no followers")
+        if self.stored is not None:
+            if len(self.stored) + 1 < min_insync:
+                return -1
+            return min(self.followers[n].fetched_to for n in self.stored)
         ends = sorted((self.followers[n].fetched_to for n in self.members(now_ms)), reverse=True)
         return ends[min_insync - 2] if len(ends) >= min_insync - 1 else -1
 

@@ -136,6 +136,25 @@ class Etcd:
         kvs = ranges.get("kvs") or []
         return Claim(False, _kv(kvs[0]) if kvs else None)
 
+    def put_if_created(self, key: str, value: bytes, guard: str, create_revision: int) -> bool:
+        """Put ``key`` = ``value`` (no lease) only while ``guard`` exists with this
+        ``create_revision`` (a leader writing under its own leader key); True if put."""
+        doc = self.call(
+            "kv/txn",
+            {
+                "compare": [
+                    {
+                        "key": _b64(guard.encode()),
+                        "result": "EQUAL",
+                        "target": "CREATE",
+                        "create_revision": str(create_revision),
+                    }
+                ],
+                "success": [{"request_put": {"key": _b64(key.encode()), "value": _b64(value)}}],
+            },
+        )
+        return bool(doc.get("succeeded"))
+
     def delete(self, key: str) -> None:
         self.call("kv/deleterange", {"key": _b64(key.encode())})
 

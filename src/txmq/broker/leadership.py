@@ -34,6 +34,21 @@ def leader_key(cluster: str, group: str) -> str:
     return f"/txmq/{cluster}/groups/{group}/leader"
 
 
+def insync_key(cluster: str, group: str) -> str:
+    """The group's in-sync set (ADR 0005): JSON ``{"epoch", "members"}``, no lease, written
+    only by the leader under its leader key (``Etcd.put_if_created``)."""
+    return f"/txmq/{cluster}/groups/{group}/insync"
+
+
+def decode_insync(kv: KeyValue | None) -> list[str] | None:
+    if kv is None:
+        return None
+    try:
+        return [str(m) for m in json.loads(kv.value)["members"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RemoteProtocolError(f"in-sync key holds no set: {kv.value[:80]!r}") from exc
+
+
 def replicas_prefix(cluster: str, group: str) -> str:
     """Kept apart from ``.../groups/``, which GroupLeaders reads whole for every leader key."""
     return f"/txmq/{cluster}/replicas/{group}/"
@@ -65,6 +80,7 @@ class Leadership:
     ) -> None:
         self.etcd = etcd
         self.key = leader_key(cluster, group)
+        self.insync_key = insync_key(cluster, group)
         self.value = json.dumps({"name": me, "endpoint": endpoint}).encode()
         self.group = group
         self.endpoint = endpoint
@@ -114,8 +130,10 @@ class Leadership:
                 assert lease is not None  # for mypy
                 e.kept_alive(now, await asyncio.to_thread(self.etcd.keepalive, lease))
             elif step is Step.OBSERVE:
-                kv = await asyncio.to_thread(self.etcd.get, self.key)
-                e.observed(self.clock(), decode_leader(kv))
+                # One read, one revision: the leader key and the in-sync set together.
+                kvs = await asyncio.to_thread(self.etcd.get_prefix, self.key[: -len("leader")])
+                e.insync = decode_insync(kvs.get(self.insync_key))
+                e.observed(self.clock(), decode_leader(kvs.get(self.key)))
         except CoordinationError as exc:
             self.errors += 1
             log.warning("%s", exc)
@@ -151,6 +169,17 @@ class Leadership:
                 log.warning("replica entry %s holds no endpoint: %r", key, kv.value[:80])
         found[me] = self.endpoint
         self.replicas = found
+
+    def store_insync(self, followers: list[str], epoch: int) -> bool:
+        """Store the in-sync set (this leader and ``followers``) while this replica's leader key
+        of ``epoch`` stands (blocking: run in a thread); False if it does not. Raises
+        CoordinationError when etcd does not answer."""
+        members = [self.election.me, *sorted(followers)]
+        value = json.dumps({"epoch": epoch, "members": members}).encode()
+        put = self.etcd.put_if_created(self.insync_key, value, self.key, epoch)
+        if put:
+            self.election.insync = members
+        return put
 
     async def _list_replicas(self) -> None:
         while True:

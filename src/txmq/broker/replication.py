@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import heapq
 import json
+import logging
 import struct
 import time
 from collections.abc import Callable
@@ -40,7 +41,13 @@ from txmq.broker.election import InSync
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
-from txmq.errors import NotLeaderError, OffsetNotFoundError, ReplicationTimeoutError, invariant
+from txmq.errors import (
+    CoordinationError,
+    NotLeaderError,
+    OffsetNotFoundError,
+    ReplicationTimeoutError,
+    invariant,
+)
 from txmq.protocol import channels
 from txmq.store.epochs import EpochFile
 from txmq.store.replica import (
@@ -52,6 +59,8 @@ from txmq.store.replica import (
     written_out_end,
 )
 from txmq.store.store import Store
+
+log = logging.getLogger(__name__)
 
 SERVICE: Final = "txmq.replica.v1.Replica"
 _CRC = struct.Struct(">I")
@@ -100,6 +109,39 @@ class Replication:
 
         self.epoch, self.epochs = stamp(store, leadership)
         notify_written(store, wake)
+        # With SYNC replication the in-sync set lives in etcd (ADR 0005): this epoch starts
+        # from the set stored last (absent: a fresh group, no follower yet).
+        self._storing: asyncio.Task[None] | None = None
+        if min_insync > 1:
+            me = leadership.election.me
+            stored = leadership.election.insync or []
+            self.insync.keep_stored([n for n in stored if n != me], leadership.clock())
+
+    def _store_set(self, now_ms: int) -> None:
+        """Start storing the in-sync set in etcd if it should change and no write is under way.
+        A joining follower counts for acks at once, a leaving one only once etcd no longer
+        names it: the set acks wait for always holds the stored one."""
+        stored = self.insync.stored
+        if stored is None or self._storing is not None:
+            return
+        target = self.insync.wanted(self.min_insync, now_ms)
+        if target is None:
+            return
+        self.insync.stored = stored | target
+        self._storing = asyncio.get_running_loop().create_task(self._put_set(target))
+
+    async def _put_set(self, target: set[str]) -> None:
+        try:
+            put = await asyncio.to_thread(self.leadership.store_insync, sorted(target), self.epoch)
+        except CoordinationError as exc:
+            log.warning("in-sync set %s not stored: %s", sorted(target), exc)
+            put = False
+        finally:
+            self._storing = None
+        if put:
+            log.info("in-sync set of epoch %d stored: %s", self.epoch, sorted(target))
+            self.insync.stored = set(target)
+            self._wake_acks(self.leadership.clock())
 
     def _check_leading(self) -> None:
         leader = self.leadership.leader
@@ -131,12 +173,14 @@ class Replication:
             done: asyncio.Future[None] = loop.create_future()
             self._acks_made += 1
             heapq.heappush(self._acks, (end, self._acks_made, done))
+            self._store_set(clock())
             # On a timeout, look again: a follower may have left the in-sync set meanwhile.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
         self._check_leading()  # a lease that lapsed while we waited: not acknowledged
         if self.min_insync > 1:
             self.leadership.committed = max(self.leadership.committed, end)
+            self.insync.acked = max(self.insync.acked, end)
 
     def _wake_acks(self, now_ms: int) -> None:
         """Resolve the waiting acks the group's durable end now passes (and drop the ones
@@ -163,6 +207,7 @@ class Replication:
             raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
         now = self.leadership.clock()
         self.insync.fetched(name, start, written_out_end(self.store), now)
+        self._store_set(now)
         committed = 0
         if self.hold is not None:
             committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
@@ -228,10 +273,14 @@ class Replication:
             "leader": leader.name if leader else None,
             "epoch": leader.epoch if leader else 0,
             "end": end,
-            "in_sync": [self.leadership.election.me, *self.insync.members(now)],
+            "in_sync": [self.leadership.election.me, *self._in_sync(now)],
             "lag_bytes": self.insync.lag_bytes(end),
             "held_records": self.hold.held if self.hold is not None else 0,
         }
+
+    def _in_sync(self, now_ms: int) -> list[str]:
+        stored = self.insync.stored
+        return sorted(stored) if stored is not None else self.insync.members(now_ms)
 
 
 def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
