@@ -121,3 +121,26 @@ def test_missing_etcd_binary_names_the_package(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(CoordinationError, match="install Debian's etcd-server package"):
         start_local_etcd(tmp_path / "etcd")
+
+
+def test_a_campaign_loses_when_the_in_sync_set_changed_since_it_was_read(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    etcd = Etcd(etcd_endpoint)
+    base = f"/txmq/t/groups/{_group()}/"
+    lease, _ = etcd.grant(TTL)
+    etcd.put(base + "insync", b'{"epoch": 1, "members": ["r0", "r1"]}')
+    read = etcd.get(base + "insync")
+    assert read is not None
+    etcd.put(base + "insync", b'{"epoch": 2, "members": ["r1"]}')  # shrunk after our read
+    stale = etcd.put_if_absent(base + "leader", b"r0", lease, (base + "insync", read.mod_revision))
+    assert not stale.won and stale.holder is None
+    fresh = etcd.get(base + "insync")
+    assert fresh is not None
+    won = etcd.put_if_absent(base + "leader", b"r0", lease, (base + "insync", fresh.mod_revision))
+    assert won.won
+    etcd.revoke(lease)
+    fresh_group = f"/txmq/t/groups/{_group()}/"
+    lease, _ = etcd.grant(TTL)
+    assert etcd.put_if_absent(fresh_group + "leader", b"r0", lease, (fresh_group + "insync", 0)).won
+    etcd.revoke(lease)

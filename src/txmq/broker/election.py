@@ -56,6 +56,8 @@ class Election:
         # The group's in-sync set as etcd stored it when the leader key was last read (None:
         # no set stored, a fresh group or ASYNC replication: every replica may campaign).
         self.insync: list[str] | None = None
+        self.insync_rev = 0  # the set's etcd mod revision as read (0: no key): a campaign
+        # wins only if the set has not changed since (etcd.put_if_absent's ``unchanged``)
 
     # --- What to do next. ---------------------------------------------------------------------
 

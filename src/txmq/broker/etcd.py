@@ -113,16 +113,24 @@ class Etcd:
         """Put ``key`` = ``value`` with no lease (it stays until overwritten or deleted)."""
         self.call("kv/put", {"key": _b64(key.encode()), "value": _b64(value)})
 
-    def put_if_absent(self, key: str, value: bytes, lease_id: int) -> Claim:
-        """Put ``key`` = ``value`` attached to ``lease_id`` if no one holds ``key``; either
+    def put_if_absent(
+        self, key: str, value: bytes, lease_id: int, unchanged: tuple[str, int] | None = None
+    ) -> Claim:
+        """Put ``key`` = ``value`` attached to ``lease_id`` if no one holds ``key`` (and the
+        key ``unchanged[0]`` was last modified at revision ``unchanged[1]``, 0: absent); either
         way, the holder afterwards (its create_revision is the epoch)."""
         k = _b64(key.encode())
+        compare = [{"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}]
+        if unchanged is not None:
+            other, rev = unchanged
+            compare.append(
+                {"key": _b64(other.encode()), "result": "EQUAL", "target": "MOD",
+                 "mod_revision": str(rev)}
+            )  # fmt: skip
         doc = self.call(
             "kv/txn",
             {
-                "compare": [
-                    {"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
-                ],
+                "compare": compare,
                 "success": [
                     {"request_put": {"key": k, "value": _b64(value), "lease": str(lease_id)}}
                 ],

@@ -120,10 +120,13 @@ class Leadership:
                 lease = e.lease_id
                 invariant(lease is not None, "a campaign holds a lease")
                 assert lease is not None  # for mypy
+                unchanged = (self.insync_key, e.insync_rev)
                 claim = await asyncio.to_thread(
-                    self.etcd.put_if_absent, self.key, self.value, lease
+                    self.etcd.put_if_absent, self.key, self.value, lease, unchanged
                 )
                 e.observed(self.clock(), decode_leader(claim.holder))
+                if not claim.won and claim.holder is None:
+                    e.observed_ms = None  # the in-sync set changed: read it before campaigning
             elif step is Step.KEEPALIVE:
                 lease = e.lease_id
                 invariant(lease is not None, "a leader holds a lease")
@@ -132,7 +135,9 @@ class Leadership:
             elif step is Step.OBSERVE:
                 # One read, one revision: the leader key and the in-sync set together.
                 kvs = await asyncio.to_thread(self.etcd.get_prefix, self.key[: -len("leader")])
-                e.insync = decode_insync(kvs.get(self.insync_key))
+                stored = kvs.get(self.insync_key)
+                e.insync = decode_insync(stored)
+                e.insync_rev = stored.mod_revision if stored is not None else 0
                 e.observed(self.clock(), decode_leader(kvs.get(self.key)))
         except CoordinationError as exc:
             self.errors += 1
