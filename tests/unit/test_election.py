@@ -178,3 +178,12 @@ def test_a_fresh_group_without_a_stored_set_lets_everyone_campaign() -> None:
     assert e.next_step(0) is Step.OBSERVE
     e.observed(0, None)
     assert e.insync is None and e.next_step(0) is Step.GRANT
+
+
+def test_a_follower_that_comes_back_empty_holds_only_what_it_fetches_again() -> None:
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored(["r1"], now_ms=0)
+    isr.fetched("r1", 500, leader_end=500, now_ms=100)
+    assert isr.durable_end(500, min_insync=2, now_ms=100) == 500
+    isr.fetched("r1", 0, leader_end=600, now_ms=200)  # restarted on a wiped disk
+    assert isr.durable_end(600, min_insync=2, now_ms=200) == 0

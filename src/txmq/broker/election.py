@@ -197,7 +197,9 @@ class InSync:
             invariant(len(self.followers) + 1 < limits.REPLICAS_MAX, "too many followers")
             f = self.followers[name] = Follower(0, now_ms)
         invariant(offset <= leader_end, f"{name} fetched past the leader's end")
-        f.fetched_to = max(f.fetched_to, offset)
+        # What it holds now, not the most it ever held: a follower restarted on an empty disk
+        # (or that cut a divergent tail) fetches from a lower offset, and holds only that.
+        f.fetched_to = offset
         if offset >= leader_end:
             f.caught_up_ms = now_ms
         elif offset >= f.asked_end:
