@@ -30,6 +30,17 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+async def refresh_every(period_ms: int, refresh: Callable[[], None], what: str) -> None:
+    """Run the blocking etcd read ``refresh`` in a thread every ``period_ms``, forever (until
+    cancelled); an etcd that does not answer is logged as ``what`` and read again next period."""
+    while True:
+        try:
+            await asyncio.to_thread(refresh)
+        except CoordinationError as exc:
+            log.warning("%s: %s", what, exc)
+        await asyncio.sleep(period_ms / 1000)
+
+
 def leader_key(cluster: str, group: str) -> str:
     return f"/txmq/{cluster}/groups/{group}/leader"
 
@@ -187,12 +198,9 @@ class Leadership:
         return put
 
     async def _list_replicas(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.refresh_replicas)
-            except CoordinationError as exc:
-                log.warning("replica list not read: %s", exc)
-            await asyncio.sleep(limits.REPLICA_LIST_PERIOD_MS / 1000)
+        await refresh_every(
+            limits.REPLICA_LIST_PERIOD_MS, self.refresh_replicas, "replica list not read"
+        )
 
     def endpoints(self) -> list[str]:
         """Every replica's endpoint that etcd lists (this one's included)."""
@@ -248,9 +256,6 @@ class GroupLeaders:
 
     async def run(self) -> None:
         """Refresh forever (until cancelled)."""
-        while True:
-            try:
-                await asyncio.to_thread(self.refresh)
-            except CoordinationError as exc:
-                log.warning("reading the groups' leaders: %s", exc)
-            await asyncio.sleep(limits.CLUSTER_LEADERS_PERIOD_MS / 1000)
+        await refresh_every(
+            limits.CLUSTER_LEADERS_PERIOD_MS, self.refresh, "reading the groups' leaders"
+        )
