@@ -20,14 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import consumer, drain
 from tests.integration.conftest import BrokerProcess, wait_until
-from tests.integration.test_replication import FAILOVER_S, create_topic, leader_of, replicas, status
+from tests.integration.test_replication import (
+    FAILOVER_S,
+    create_topic,
+    group,  # noqa: F401  (fixture: 2 replicas, SYNC 2)
+    leader_of,
+    status,
+)
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 
@@ -62,16 +67,7 @@ def commit_log(data_dir: Path) -> bytes:
     return b"".join((d / name).read_bytes() for name in sorted(p.name for p in d.iterdir()))
 
 
-@pytest.fixture
-def group(tmp_path: Path, etcd_endpoint: str):  # type: ignore[no-untyped-def]  # noqa: F811
-    started = replicas(tmp_path, etcd_endpoint, "--min-insync-replicas", "2")
-    yield started
-    for b in started:
-        if b.running:
-            b.stop()
-
-
-def test_an_old_leader_refetches_only_its_divergent_tail(group: list[BrokerProcess]) -> None:
+def test_an_old_leader_refetches_only_its_divergent_tail(group: list[BrokerProcess]) -> None:  # noqa: F811
     leader, follower = leader_of(group)
     wait_until(lambda: status(follower.endpoints).get("role") == "follower", 20, "a follower")
     create_topic(leader, follower, "t")
