@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -76,3 +77,41 @@ def drain(c: SimpleConsumer, want: int, timeout_s: float, *, ack: bool = True) -
             if ack:
                 c.ack(m)
     return got
+
+
+def transaction_load(
+    endpoints: str,
+    topic: str,
+    stop: threading.Event,
+    *,
+    rollback_every: int,
+    committed: Callable[[bytes], None],
+    rolled: set[bytes],
+    failures: list[str],
+    backoff_s: float,
+) -> None:
+    """Begin, send and decide transactions on ``topic`` until ``stop`` (at most 100,000): every
+    ``rollback_every``-th is rolled back (noted in ``rolled`` before the decision: never to be
+    delivered), the others committed (``committed`` called once the commit is acknowledged). A
+    call that fails is not acknowledged: noted in ``failures``, then the load backs off
+    ``backoff_s`` and goes on, as an application riding out a failover would."""
+    p = producer(endpoints, (topic,), Checker(lambda m: TransactionResolution.ROLLBACK))
+    try:
+        for n in range(100_000):
+            if stop.is_set():
+                return
+            body = f"tx-{n}".encode()
+            try:
+                tx = p.begin_transaction()
+                p.send(message(topic, body), tx)
+                if n % rollback_every == rollback_every - 1:
+                    rolled.add(body)
+                    tx.rollback()
+                else:
+                    tx.commit()
+                    committed(body)
+            except Exception as exc:  # not acknowledged: noted, the load goes on
+                failures.append(repr(exc)[:160])
+                stop.wait(backoff_s)
+    finally:
+        p.shutdown()

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rocketmq import TransactionResolution as R
 
-from tests.integration.clients import Checker, consumer, message, producer
+from tests.integration.clients import consumer, transaction_load
 from tests.integration.conftest import wait_until
 from tests.integration.test_replication import (
     FAILOVER_S,
@@ -47,26 +46,11 @@ def test_clients_carry_on_through_a_failover(tmp_path: Path, etcd_endpoint: str)
         stop = threading.Event()
 
         def produce() -> None:
-            p = producer(both, ("load",), Checker(lambda m: R.ROLLBACK))
-            try:
-                for n in range(100_000):
-                    if stop.is_set():
-                        return
-                    body = f"tx-{n}".encode()
-                    try:
-                        tx = p.begin_transaction()
-                        p.send(message("load", body), tx)
-                        if n % 3 == 2:
-                            rolled.add(body)  # before the decision: never to be delivered
-                            tx.rollback()
-                        else:
-                            tx.commit()
-                            committed.add(body)
-                    except Exception as exc:  # not acknowledged: noted, the load goes on
-                        failures.append(repr(exc)[:120])
-                        stop.wait(0.2)  # back off while a new leader is chosen
-            finally:
-                p.shutdown()
+            # back off 0.2 s after a failed call while the routes move to the new leader
+            transaction_load(
+                both, "load", stop, rollback_every=3, committed=committed.add, rolled=rolled,
+                failures=failures, backoff_s=0.2,
+            )  # fmt: skip
 
         def consume() -> None:
             c = consumer(both, "loader", "load")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rocketmq import TransactionResolution as R
 
-from tests.integration.clients import Checker, consumer, drain, message, producer
+from tests.integration.clients import Checker, consumer, drain, message, producer, transaction_load
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
 from tests.integration.test_replication import route, status
 
@@ -96,26 +96,11 @@ def test_transactions_commit_again_within_seconds_of_killing_the_leader(
         stop = threading.Event()
 
         def produce() -> None:
-            p = producer(every, ("fast",), Checker(lambda m: R.ROLLBACK))
-            try:
-                for n in range(100_000):
-                    if stop.is_set():
-                        return
-                    body = f"tx-{n}".encode()
-                    try:
-                        tx = p.begin_transaction()
-                        p.send(message("fast", body), tx)
-                        if n % 4 == 3:
-                            rolled.add(body)  # before the decision: never to be delivered
-                            tx.rollback()
-                        else:
-                            tx.commit()
-                            committed.append((time.monotonic(), body))
-                    except Exception as exc:  # not acknowledged: noted, the load goes on
-                        failures.append(repr(exc)[:160])
-                        stop.wait(0.05)
-            finally:
-                p.shutdown()
+            transaction_load(
+                every, "fast", stop, rollback_every=4, rolled=rolled, failures=failures,
+                committed=lambda body: committed.append((time.monotonic(), body)),
+                backoff_s=0.05,
+            )  # fmt: skip
 
         worker = threading.Thread(target=produce)
         worker.start()
