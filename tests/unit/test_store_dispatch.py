@@ -13,27 +13,18 @@ from pathlib import Path
 from txmq.format.record import Entry
 from txmq.model import TxnFlag
 from txmq.store.consume_queue import tag_hash
-from txmq.store.disk import FileHandle, OsDisk
+from txmq.store.disk import FileHandle, OsDisk, WrappedFile
 from txmq.store.dispatch import Dispatcher
 
 WAIT_S = 10.0
 
 
-class _GatedFile:
+class _GatedFile(WrappedFile):
     """A real file whose ``sync`` waits for the test to open the gate (and can fail)."""
 
     def __init__(self, inner: FileHandle, disk: _GatedDisk) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._disk = disk
-
-    def pwrite(self, data: bytes, offset: int) -> None:
-        self._inner.pwrite(data, offset)
-
-    def pread(self, size: int, offset: int) -> bytes:
-        return self._inner.pread(size, offset)
-
-    def allocate(self, offset: int, length: int) -> bool:
-        return self._inner.allocate(offset, length)
 
     def sync(self) -> None:
         self._disk.syncing.set()
@@ -42,15 +33,6 @@ class _GatedFile:
             raise OSError(5, "injected fsync failure (EIO)")
         self._inner.sync()
         self._disk.synced += 1
-
-    def truncate(self, size: int) -> None:
-        self._inner.truncate(size)
-
-    def size(self) -> int:
-        return self._inner.size()
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 class _GatedDisk(OsDisk):

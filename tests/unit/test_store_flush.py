@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import DiskFullError, StoreFencedError
 from txmq.model import FlushMode, RecordDraft
-from txmq.store.disk import FileHandle
+from txmq.store.disk import FileHandle, WrappedFile
 from txmq.store.sim_disk import SimDisk
 from txmq.store.store import Store
 
@@ -38,11 +38,10 @@ class GatedDisk(SimDisk):
         return _GatedFile(inner, self) if "commitlog" in str(path) else inner
 
 
-class _GatedFile:
+class _GatedFile(WrappedFile):
     def __init__(self, inner: FileHandle, disk: GatedDisk) -> None:
-        self._inner, self._disk = inner, disk
-        self.pwrite, self.pread, self.truncate = inner.pwrite, inner.pread, inner.truncate
-        self.size, self.close, self.allocate = inner.size, inner.close, inner.allocate
+        super().__init__(inner)
+        self._disk = disk
 
     def sync(self) -> None:
         if self._disk.gated:

@@ -214,10 +214,12 @@ class Faults:
             raise OSError(5, "injected fsync failure (EIO)")
 
 
-class FaultyFile:
-    def __init__(self, inner: FileHandle, faults: Faults) -> None:
+class WrappedFile:
+    """A file that passes every call to ``inner``: the base of a file that changes one call
+    (an injected fault, a test's gate) and leaves the rest as the real file does them."""
+
+    def __init__(self, inner: FileHandle) -> None:
         self._inner = inner
-        self._faults = faults
 
     def pwrite(self, data: bytes, offset: int) -> None:
         self._inner.pwrite(data, offset)
@@ -229,7 +231,6 @@ class FaultyFile:
         return self._inner.allocate(offset, length)
 
     def sync(self) -> None:
-        self._faults.on_sync()
         self._inner.sync()
 
     def truncate(self, size: int) -> None:
@@ -240,6 +241,16 @@ class FaultyFile:
 
     def close(self) -> None:
         self._inner.close()
+
+
+class FaultyFile(WrappedFile):
+    def __init__(self, inner: FileHandle, faults: Faults) -> None:
+        super().__init__(inner)
+        self._faults = faults
+
+    def sync(self) -> None:
+        self._faults.on_sync()
+        self._inner.sync()
 
 
 class FaultyDisk(OsDisk):
