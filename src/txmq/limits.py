@@ -488,4 +488,7 @@ assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
 # change of leader whose records the log holds. The oldest go first; a follower whose shared
 # epoch was forgotten only truncates deeper (to the next shared one, or 0).
 REPLICA_EPOCHS_MAX: Final = 1_024
+# Random bytes of a replica store's incarnation id (store/identity.py, hex in the file and in
+# etcd's in-sync set): 128 bits, so two lives of a data directory never draw the same id.
+REPLICA_INCARNATION_BYTES: Final = 16
 assert REPLICA_FETCH_WAIT_MS < ETCD_CALL_TIMEOUT_MS

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.etcd_fixtures import forget_clusters
+
 ROOT = Path(__file__).parents[2]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -149,6 +151,11 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     yield start
     for b in started:
         b.stop()
+
+
+@pytest.fixture(autouse=True)
+def _forget_clusters(request: pytest.FixtureRequest) -> None:
+    forget_clusters(request)  # what earlier tests left in the session's etcd
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> None:

@@ -2,6 +2,7 @@
 
 ``etcd_endpoint``: a session-wide etcd started in a temporary directory; installed with apt-get
 when missing and the tests run as root, otherwise the tests that need it skip saying why.
+``forget_clusters``: called by an autouse fixture of each conftest whose tests use it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from txmq.broker.etcd import Etcd
 from txmq.broker.etcd_server import PACKAGE_HINT, start_local_etcd
 
 APT_TIMEOUT_S = 300
@@ -30,6 +32,15 @@ def ensure_etcd() -> None:
     )  # fmt: skip
     if done.returncode != 0 or not shutil.which("etcd"):
         pytest.skip(f"apt-get install etcd-server failed: {done.stderr.strip()[-300:]}")
+
+
+def forget_clusters(request: pytest.FixtureRequest) -> None:
+    """Before a test that uses the session's etcd: delete every txmq key earlier tests left.
+    A stored in-sync set names its members by data-directory incarnation (ADR 0005), so a set
+    left by an earlier test's group of the same names would let none of this test's fresh
+    replicas lead (to etcd, they are that group with every member's data lost)."""
+    if "etcd_endpoint" in request.fixturenames:
+        Etcd(request.getfixturevalue("etcd_endpoint")).delete_prefix("/txmq/")
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import FAST, ROOT, BrokerProcess
+from tests.integration.etcd_fixtures import forget_clusters
 from txmq.errors import TxmqError
 from txmq.spark.client import BrokerClient, build_message
 
@@ -35,6 +36,11 @@ def java_problem() -> str | None:
     except TxmqError as exc:
         return str(exc)
     return None
+
+
+@pytest.fixture(autouse=True)
+def _forget_clusters(request: pytest.FixtureRequest) -> None:
+    forget_clusters(request)  # what earlier tests left in the session's etcd
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from txmq import limits
 from txmq.broker.election import Election, InSync, Leader, Step
+from txmq.broker.etcd import KeyValue
+from txmq.broker.leadership import decode_insync, encode_insync
 
 TTL = limits.REPLICA_LEASE_TTL_MS
 
@@ -118,40 +120,46 @@ def test_one_replica_group_acknowledges_on_the_leader_alone() -> None:
 
 # --- The in-sync set stored in etcd (ADR 0005). ------------------------------------------------
 
+R1, R2 = ("r1", "i1"), ("r2", "i2")
+
+
+def fetch(isr: InSync, m: tuple[str, str], offset: int, end: int, now: int) -> bool:
+    return isr.fetched(m[0], offset, leader_end=end, now_ms=now, incarnation=m[1])
+
 
 def test_a_shrink_is_stored_before_acks_proceed_without_the_dropped_member() -> None:
     isr = InSync([], now_ms=0, lag_max_ms=2_000)
-    isr.keep_stored(["r1", "r2"], now_ms=0)
-    isr.fetched("r1", 100, leader_end=100, now_ms=500)
-    isr.fetched("r2", 100, leader_end=100, now_ms=500)
+    isr.keep_stored([R1, R2], now_ms=0)
+    fetch(isr, R1, 100, 100, 500)
+    fetch(isr, R2, 100, 100, 500)
     isr.acked = 100
     assert isr.wanted(min_insync=2, now_ms=500) is None  # both in sync: nothing to store
     assert isr.durable_end(100, min_insync=2, now_ms=500) == 100
     # r2 stops fetching (paused); r1 keeps up with new writes.
     for t in range(1_000, 4_000, 500):
-        isr.fetched("r1", 100 + t, leader_end=100 + t, now_ms=t)
+        fetch(isr, R1, 100 + t, 100 + t, t)
     assert isr.members(3_500) == ["r1"]
     # Until etcd stores the smaller set, acks still wait for r2: every stored member holds them.
     assert isr.durable_end(3_600, min_insync=2, now_ms=3_500) == 100
-    assert isr.wanted(min_insync=2, now_ms=3_500) == {"r1"}
-    isr.stored = {"r1"}  # what Replication does once etcd answered the put
+    assert isr.wanted(min_insync=2, now_ms=3_500) == {R1}
+    isr.stored = {R1}  # what Replication does once etcd answered the put
     assert isr.durable_end(3_600, min_insync=2, now_ms=3_500) == 3_600
 
 
 def test_the_set_never_shrinks_below_min_insync_and_joins_only_who_holds_every_ack() -> None:
     isr = InSync([], now_ms=0, lag_max_ms=2_000)
-    isr.keep_stored(["r1"], now_ms=0)
+    isr.keep_stored([R1], now_ms=0)
     isr.acked = 0
     # r1 is gone past the lag: with min_insync 2 it stays (acks wait for it, it may lead).
     assert isr.wanted(min_insync=2, now_ms=5_000) is None
     assert isr.durable_end(500, min_insync=2, now_ms=5_000) == 0
     # r2 appears behind what was acknowledged: not a member yet; once it holds it, it joins.
     isr.acked = 300
-    isr.fetched("r2", 200, leader_end=500, now_ms=5_000)
+    fetch(isr, R2, 200, 500, 5_000)
     assert isr.wanted(min_insync=2, now_ms=5_000) is None
-    isr.fetched("r2", 500, leader_end=500, now_ms=5_100)
-    assert isr.wanted(min_insync=2, now_ms=5_100) == {"r2"}  # r1 left, r2 joined: 2 remain
-    isr.stored = {"r2"}
+    fetch(isr, R2, 500, 500, 5_100)
+    assert isr.wanted(min_insync=2, now_ms=5_100) == {R2}  # r1 left, r2 joined: 2 remain
+    isr.stored = {R2}
     assert isr.durable_end(500, min_insync=2, now_ms=5_100) == 500
     # Fewer than min_insync stored: refused.
     isr.stored = set()
@@ -161,14 +169,14 @@ def test_the_set_never_shrinks_below_min_insync_and_joins_only_who_holds_every_a
 def test_a_replica_outside_the_stored_set_never_campaigns() -> None:
     """A paused follower that resumes thinks itself in sync by its last fetch (eligible), but
     the set in etcd dropped it while it slept: it must not lead without the last acks."""
-    e = Election("r3")
+    e = Election("r3", incarnation="i3")
     for now in range(0, 60_000, limits.REPLICA_OBSERVE_PERIOD_MS):
         step = e.next_step(now, eligible=True)
         assert step in (Step.OBSERVE, Step.WAIT), step
         if step is Step.OBSERVE:
-            e.insync = ["r1", "r2"]
+            e.insync = [R1, R2]
             e.observed(now, None)  # no leader at all: still not its turn
-    e.insync = ["r1", "r2", "r3"]  # caught up and re-admitted by a leader
+    e.insync = [R1, R2, ("r3", "i3")]  # caught up and re-admitted by a leader
     e.observed(60_000, None)
     assert e.next_step(60_000, eligible=True) is Step.GRANT
 
@@ -180,10 +188,96 @@ def test_a_fresh_group_without_a_stored_set_lets_everyone_campaign() -> None:
     assert e.insync is None and e.next_step(0) is Step.GRANT
 
 
+# --- Incarnations: a member restarted on an empty data directory (KIP-966). -------------------
+
+
+def test_a_replica_named_under_another_incarnation_never_campaigns() -> None:
+    """r1 was wiped and restarted under its old name: the stored set names the r1 that held
+    the acknowledged records, not this one; it may not lead, however long no one does. (The
+    rule before incarnations looked at the name alone, and let it lead.)"""
+    e = Election("r1", incarnation="new")
+    for now in range(0, 30_000, limits.REPLICA_OBSERVE_PERIOD_MS):
+        step = e.next_step(now, eligible=True)  # a fresh process believes itself in sync
+        assert step in (Step.OBSERVE, Step.WAIT), step
+        if step is Step.OBSERVE:
+            e.insync = [("r0", "i0"), ("r1", "old")]
+            e.observed(now, None)
+    e.insync = [("r0", "i0"), ("r1", "new")]  # caught up, stored again by a leader
+    e.observed(30_000, None)
+    assert e.next_step(30_000, eligible=True) is Step.GRANT
+
+
+def test_a_set_stored_before_incarnations_accepts_any_incarnation() -> None:
+    """The old format names members only: read as unknown incarnations, which match (the old
+    rule), so an upgraded group still elects a leader; the leader stores them again with their
+    incarnations at their first fetch."""
+    e = Election("r1", incarnation="x")
+    old = KeyValue(b'{"epoch": 5, "members": ["r0", "r1"]}', 5, 6, 0)
+    e.insync = decode_insync(old)
+    assert e.insync == [("r0", None), ("r1", None)]
+    e.observed(0, None)
+    assert e.next_step(0) is Step.GRANT
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored([("r1", None)], now_ms=0)
+    fetch(isr, ("r1", "x"), 100, 100, 10)
+    assert isr.durable_end(100, min_insync=2, now_ms=10) == 100  # accepted as it is
+    assert isr.wanted(min_insync=2, now_ms=10) == {("r1", "x")}  # upgraded
+    raw = encode_insync(9, [("r0", "i0"), ("r1", "x")])
+    assert decode_insync(KeyValue(raw, 9, 9, 0)) == [("r0", "i0"), ("r1", "x")]
+
+
+def test_a_follower_reborn_empty_holds_nothing_for_acks_and_leaves_the_set_at_once() -> None:
+    """Three replicas, min_insync 2: r1 comes back on a wiped disk. Its old incarnation holds
+    nothing now (acks do not count what it held), it is out of sync at once (not after the lag
+    window), and the set is stored without it; the new incarnation joins once it caught up."""
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored([R1, R2], now_ms=0)
+    fetch(isr, R1, 500, 500, 100)
+    fetch(isr, R2, 500, 500, 100)
+    isr.acked = 500
+    assert isr.durable_end(500, min_insync=2, now_ms=100) == 500
+    reborn = ("r1", "i1-new")
+    assert fetch(isr, reborn, 0, 600, 200)  # a new incarnation: said so
+    assert isr.durable_end(600, min_insync=2, now_ms=200) == 0
+    assert isr.members(200) == ["r2"]  # out of sync at once, though r1 fetched 100 ms ago
+    assert isr.wanted(min_insync=2, now_ms=200) == {R2}
+    isr.stored = {R2}
+    fetch(isr, R2, 600, 600, 300)
+    assert isr.durable_end(600, min_insync=2, now_ms=300) == 600
+    # Catching up at 600 (everything acknowledged): it joins under its new incarnation.
+    isr.acked = 600
+    assert not fetch(isr, reborn, 300, 600, 400)
+    assert isr.wanted(min_insync=2, now_ms=400) is None
+    fetch(isr, reborn, 600, 600, 500)
+    assert isr.wanted(min_insync=2, now_ms=500) == {R2, reborn}
+
+
+def test_below_min_insync_a_reborn_member_is_replaced_only_once_it_caught_up() -> None:
+    """Two replicas, min_insync 2: the stored set keeps the old incarnation of r1 (the set
+    never shrinks below min_insync: acks are refused anyway, as r1's old life holds nothing)
+    until the new one holds every acknowledged byte; then the new pair replaces the old."""
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored([R1], now_ms=0)
+    fetch(isr, R1, 500, 500, 100)
+    isr.acked = 500
+    reborn = ("r1", "i1-new")
+    fetch(isr, reborn, 0, 500, 200)
+    assert isr.durable_end(500, min_insync=2, now_ms=200) == 0  # nothing acknowledged now
+    assert isr.wanted(min_insync=2, now_ms=200) is None  # below min: the old pair stays
+    fetch(isr, reborn, 400, 500, 300)
+    assert isr.wanted(min_insync=2, now_ms=300) is None  # not everything acknowledged yet
+    fetch(isr, reborn, 500, 500, 400)
+    assert isr.wanted(min_insync=2, now_ms=400) == {reborn}
+    isr.stored = {R1, reborn}  # while etcd stores it (Replication counts both)
+    assert isr.durable_end(500, min_insync=2, now_ms=400) == 0
+    isr.stored = {reborn}
+    assert isr.durable_end(500, min_insync=2, now_ms=400) == 500
+
+
 def test_a_follower_that_comes_back_empty_holds_only_what_it_fetches_again() -> None:
     isr = InSync([], now_ms=0, lag_max_ms=2_000)
-    isr.keep_stored(["r1"], now_ms=0)
-    isr.fetched("r1", 500, leader_end=500, now_ms=100)
+    isr.keep_stored([R1], now_ms=0)
+    fetch(isr, R1, 500, 500, 100)
     assert isr.durable_end(500, min_insync=2, now_ms=100) == 500
-    isr.fetched("r1", 0, leader_end=600, now_ms=200)  # restarted on a wiped disk
+    fetch(isr, R1, 0, 600, 200)  # cut its divergent tail (same incarnation)
     assert isr.durable_end(600, min_insync=2, now_ms=200) == 0

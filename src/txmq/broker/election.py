@@ -6,6 +6,11 @@ replica may acknowledge a write right now (``may_acknowledge``); the in-sync set
 the offset the group has durable (``InSync``). The rules are ADR 0005's.
 Must not: do I/O, read a clock or know etcd's wire format (etcd.py and leadership.py do).
 
+Members are (name, incarnation) pairs: the incarnation is the id of the replica's data
+directory (store/identity.py), new whenever that directory starts empty. A replica restarted
+on a wiped disk under its old name is another member: it neither counts for acks nor may lead
+until it caught up under its new incarnation and the leader stored it (Kafka's KIP-966).
+
 Fencing rests on one inequality. A lease granted or renewed by a request *sent* at local time
 ``t`` expires in etcd no earlier than ``t + ttl`` of etcd's clock; this replica considers itself
 leader only until ``t + ttl - REPLICA_LEASE_SAFETY_MS`` of its own clock. So when etcd lets
@@ -20,6 +25,20 @@ from dataclasses import dataclass
 
 from txmq import limits
 from txmq.errors import invariant
+
+# (name, incarnation); incarnation None: unknown (a set stored before incarnations were, or a
+# follower that sent none), which matches whatever incarnation that name has (the old rule).
+Member = tuple[str, str | None]
+
+
+def matches(stored: Member, name: str, incarnation: str | None) -> bool:
+    """The stored member is this replica as it is now: same name, and the same incarnation
+    unless the stored one is unknown."""
+    return stored[0] == name and (stored[1] is None or stored[1] == incarnation)
+
+
+def sort_key(m: Member) -> tuple[str, str]:
+    return m[0], m[1] or ""
 
 
 class Step(enum.Enum):
@@ -43,9 +62,19 @@ class Leader:
 class Election:
     """One replica's view of its group's leadership."""
 
-    def __init__(self, me: str, *, ttl_ms: int = limits.REPLICA_LEASE_TTL_MS) -> None:
+    def __init__(
+        self,
+        me: str,
+        *,
+        incarnation: str | None = None,
+        ttl_ms: int = limits.REPLICA_LEASE_TTL_MS,
+    ) -> None:
         invariant(ttl_ms > limits.REPLICA_LEASE_SAFETY_MS, "lease TTL must exceed its margin")
         self.me = me
+        # This replica's data directory's incarnation (None: unknown, eligible only where a
+        # stored set names it with an unknown incarnation too). Changes when the follower wipes
+        # its own store (follower.py).
+        self.incarnation = incarnation
         self.ttl_ms = ttl_ms
         self.lease_id: int | None = None
         self.lease_deadline_ms = 0  # our own clock; 0 = no lease
@@ -55,7 +84,7 @@ class Election:
         self.due_ms = 0
         # The group's in-sync set as etcd stored it when the leader key was last read (None:
         # no set stored, a fresh group or ASYNC replication: every replica may campaign).
-        self.insync: list[str] | None = None
+        self.insync: list[Member] | None = None
         self.insync_rev = 0  # the set's etcd mod revision as read (0: no key): a campaign
         # wins only if the set has not changed since (etcd.put_if_absent's ``unchanged``)
 
@@ -74,11 +103,18 @@ class Election:
         """A write may be acknowledged as this group's now: we lead by ``leads``."""
         return self.leads(now_ms)
 
+    def named(self) -> bool:
+        """The stored in-sync set names this replica, by name and incarnation (no set stored:
+        a fresh group, or ASYNC; everyone may campaign)."""
+        if self.insync is None:
+            return True
+        return any(matches(m, self.me, self.incarnation) for m in self.insync)
+
     def next_step(self, now_ms: int, *, eligible: bool = True) -> Step:
         """The step due now; ``eligible`` False keeps a replica that was not in sync with the
         last leader from campaigning, and so does a stored in-sync set that does not name this
-        replica (no unclean election, ADR 0005)."""
-        eligible = eligible and (self.insync is None or self.me in self.insync)
+        replica with its incarnation (no unclean election, ADR 0005)."""
+        eligible = eligible and self.named()
         if self.lease_id is not None and now_ms >= self.lease_deadline_ms:
             self._lapse()
         if self.leads(now_ms):
@@ -148,13 +184,15 @@ class Follower:
     caught_up_ms: int = 0  # last time fetched_to reached the leader's end offset
     asked_end: int = 0  # the leader's end when this follower's previous fetch came in
     asked_ms: int = 0  # ... and when that was
+    incarnation: str | None = None  # of its data directory, as its last fetch said
 
 
 class InSync:
     """The leader's in-sync set (ADR 0005): the leader, and each follower whose fetch reached
     the leader's log end within the last ``lag_max_ms``. A follower's fetch from offset ``o``
     says it holds every byte below ``o`` durable, so the group holds durable every byte below
-    the ``min_insync``-th highest such offset (the leader counting with its own durable end)."""
+    the ``min_insync``-th highest such offset (the leader counting with its own durable end).
+    Followers are known by name; each remembers the incarnation its last fetch gave."""
 
     def __init__(
         self, followers: list[str], now_ms: int, *, lag_max_ms: int = limits.REPLICA_LAG_MAX_MS
@@ -165,37 +203,69 @@ class InSync:
         self.followers = {name: Follower(0, now_ms) for name in followers}
         # With SYNC replication, the followers of the set stored in etcd (None: not kept; then
         # the lag rule alone counts). Every acknowledged byte is durable on each of them.
-        self.stored: set[str] | None = None
+        self.stored: set[Member] | None = None
         self.acked = 0  # every byte below was acknowledged as durable on the group
 
-    def keep_stored(self, members: list[str], now_ms: int) -> None:
+    def keep_stored(self, members: list[Member], now_ms: int) -> None:
         """Keep the set in etcd, starting from ``members`` (the followers the last stored set
         names: a new leader's epoch starts from its predecessor's set, ADR 0005)."""
         invariant(len(self.followers) + len(members) < limits.REPLICAS_MAX, "too many followers")
-        for name in members:
-            self.followers.setdefault(name, Follower(0, now_ms))
+        for name, incarnation in members:
+            self.followers.setdefault(name, Follower(0, now_ms, incarnation=incarnation))
         self.stored = set(members)
 
-    def wanted(self, min_insync: int, now_ms: int) -> set[str] | None:
+    def current(self, m: Member) -> bool:
+        """Stored member ``m`` is the follower of that name as it fetches now."""
+        f = self.followers.get(m[0])
+        return f is not None and matches(m, m[0], f.incarnation)
+
+    def holds(self, m: Member) -> int:
+        """What stored member ``m`` holds durable: nothing if its name now fetches under
+        another incarnation (its data directory was wiped: what it held is gone)."""
+        return self.followers[m[0]].fetched_to if self.current(m) else 0
+
+    def wanted(self, min_insync: int, now_ms: int) -> set[Member] | None:
         """The followers to store as the in-sync set next (None: the stored set stands). A
-        member out of sync by the lag rule leaves, unless fewer than ``min_insync`` replicas
-        would remain (acks wait for it then anyway, so it still holds every acknowledged byte
-        and may still lead); a follower in sync joins once it holds every acknowledged byte."""
+        member out of sync by the lag rule, or whose name fetches under a new incarnation,
+        leaves, unless fewer than ``min_insync`` replicas would remain (acks wait for it then
+        anyway, so nothing is acknowledged without it); a follower in sync joins once it holds
+        every acknowledged byte, replacing its name's older incarnation. A member stored with
+        an unknown incarnation is stored again with the one its fetches give (upgrade)."""
         invariant(self.stored is not None, "the in-sync set is kept in etcd")
         assert self.stored is not None  # for mypy
-        lagging = set(self.members(now_ms))
-        keep = self.stored & lagging
-        new = {n for n in lagging - self.stored if self.followers[n].fetched_to >= self.acked}
-        target = keep | new if len(keep | new) + 1 >= min_insync else self.stored | new
+        stored = {self._known(m) for m in self.stored}
+        lagging = set(self.live(now_ms))
+        keep = stored & lagging
+        new = {m for m in lagging - stored if self.followers[m[0]].fetched_to >= self.acked}
+        if len(keep | new) + 1 >= min_insync:
+            target = keep | new
+        else:
+            replaced = {name for name, _ in new}
+            target = {m for m in stored if m[0] not in replaced} | new
         return None if target == self.stored else target
 
-    def fetched(self, name: str, offset: int, leader_end: int, now_ms: int) -> None:
-        """Follower ``name`` fetched from ``offset``; a follower not seen before joins (the
-        group's members come and go with their processes)."""
+    def _known(self, m: Member) -> Member:
+        """A member stored with an unknown incarnation, as its name fetches now (if it does)."""
+        f = self.followers.get(m[0])
+        return (m[0], f.incarnation) if m[1] is None and f is not None else m
+
+    def fetched(
+        self, name: str, offset: int, leader_end: int, now_ms: int, incarnation: str | None = None
+    ) -> bool:
+        """Follower ``name`` (data directory ``incarnation``) fetched from ``offset``; a
+        follower not seen before joins (the group's members come and go with their processes).
+        True if ``name`` fetched under another incarnation before: it starts out of sync."""
         f = self.followers.get(name)
-        if f is None:
-            invariant(len(self.followers) + 1 < limits.REPLICAS_MAX, "too many followers")
-            f = self.followers[name] = Follower(0, now_ms)
+        reborn = f is not None and f.incarnation not in (None, incarnation)
+        if f is None or reborn:
+            invariant(f is not None or len(self.followers) + 1 < limits.REPLICAS_MAX, "followers")
+            # A reborn follower is in sync only once it caught up; a new name is counted in
+            # sync for lag_max_ms, as a new leader's followers are (it joins the stored set
+            # only once it holds every acknowledged byte).
+            since = now_ms - self.lag_max_ms - 1 if reborn else now_ms
+            f = self.followers[name] = Follower(0, since, 0, since, incarnation)
+        elif f.incarnation is None:
+            f.incarnation = incarnation  # stored before incarnations were: accepted as it is
         invariant(offset <= leader_end, f"{name} fetched past the leader's end")
         # What it holds now, not the most it ever held: a follower restarted on an empty disk
         # (or that cut a divergent tail) fetches from a lower offset, and holds only that.
@@ -208,9 +278,18 @@ class InSync:
             # group is written while its fsync runs), and "reached the end now" may never be.
             f.caught_up_ms = max(f.caught_up_ms, f.asked_ms)
         f.asked_end, f.asked_ms = leader_end, now_ms
+        return reborn
+
+    def live(self, now_ms: int) -> list[Member]:
+        """The followers in sync by the lag rule, as (name, incarnation)."""
+        return [
+            (n, f.incarnation)
+            for n, f in self.followers.items()
+            if now_ms - f.caught_up_ms <= self.lag_max_ms
+        ]
 
     def members(self, now_ms: int) -> list[str]:
-        return [n for n, f in self.followers.items() if now_ms - f.caught_up_ms <= self.lag_max_ms]
+        return [n for n, _ in self.live(now_ms)]
 
     def durable_end(self, leader_durable: int, min_insync: int, now_ms: int) -> int:
         """Every byte below the answer is durable on ``min_insync`` in-sync replicas (the
@@ -219,7 +298,7 @@ class InSync:
         if self.stored is not None:  # every member of the stored set holds it, and enough do
             if len(self.stored) + 1 < min_insync:
                 return -1
-            return min([leader_durable] + [self.followers[n].fetched_to for n in self.stored])
+            return min([leader_durable] + [self.holds(m) for m in self.stored])
         ends = sorted(
             [leader_durable] + [self.followers[n].fetched_to for n in self.members(now_ms)],
             reverse=True,
@@ -235,7 +314,7 @@ class InSync:
         if self.stored is not None:
             if len(self.stored) + 1 < min_insync:
                 return -1
-            return min(self.followers[n].fetched_to for n in self.stored)
+            return min(self.holds(m) for m in self.stored)
         ends = sorted((self.followers[n].fetched_to for n in self.members(now_ms)), reverse=True)
         return ends[min_insync - 2] if len(ends) >= min_insync - 1 else -1
 

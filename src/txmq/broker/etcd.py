@@ -166,6 +166,13 @@ class Etcd:
     def delete(self, key: str) -> None:
         self.call("kv/deleterange", {"key": _b64(key.encode())})
 
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key starting with ``prefix``; how many there were."""
+        raw = prefix.encode()
+        end = raw[:-1] + bytes([raw[-1] + 1])
+        doc = self.call("kv/deleterange", {"key": _b64(raw), "range_end": _b64(end)})
+        return int(doc.get("deleted", "0"))
+
 
 def _kv(doc: dict[str, Any]) -> KeyValue:
     return KeyValue(

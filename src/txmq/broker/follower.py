@@ -54,6 +54,7 @@ from txmq.errors import (
 from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
 from txmq.store.epochs import EpochFile, EpochStart, divergence_point
+from txmq.store.identity import incarnation
 from txmq.store.replica import (
     append_shipped,
     append_shipped_nowait,
@@ -183,6 +184,7 @@ class Follower:
         want_topics = now - self._topics_ms >= limits.REPLICA_TOPICS_PERIOD_MS
         args = {
             "follower": self.leadership.election.me,
+            "incarnation": self.leadership.election.incarnation,
             "from": self.store.log_end_offset,
             "epoch": leader.epoch,
             "last": list(self.last) if self.last else None,
@@ -282,7 +284,14 @@ class Follower:
             f"a divergent tail from {point} would cut acknowledged records below"
             f" {self.leadership.committed}",
         )
-        await asyncio.to_thread(self._truncate, point if point < end else 0)
+        point = point if point < end else 0
+        election = self.leadership.election
+        wipe = point < self.store.log_start_offset
+        if wipe:  # what it held is gone: not the incarnation the in-sync set may name
+            election.incarnation = None
+        await asyncio.to_thread(self._truncate, point)
+        if wipe:
+            election.incarnation = incarnation(self.store.disk, self.store_dir)
 
     def _truncate(self, point: int) -> None:
         """Cut the store at ``point`` (below its log start: wipe it), then reopen it."""
@@ -322,6 +331,7 @@ class Follower:
         return {
             "ok": True,
             "name": self.leadership.election.me,
+            "incarnation": self.leadership.election.incarnation,
             "role": "follower",
             "leader": leader.name if leader else None,
             "epoch": leader.epoch if leader else 0,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from txmq import limits
-from txmq.broker.election import Election, Leader, Step
+from txmq.broker.election import Election, Leader, Member, Step, sort_key
 from txmq.broker.etcd import Etcd, KeyValue
 from txmq.errors import CoordinationError, RemoteProtocolError, invariant
 
@@ -46,17 +46,35 @@ def leader_key(cluster: str, group: str) -> str:
 
 
 def insync_key(cluster: str, group: str) -> str:
-    """The group's in-sync set (ADR 0005): JSON ``{"epoch", "members"}``, no lease, written
-    only by the leader under its leader key (``Etcd.put_if_created``)."""
+    """The group's in-sync set (ADR 0005): JSON ``{"epoch", "members": [name, ...],
+    "incarnations": {name: incarnation}}``, no lease, written only by the leader under its
+    leader key (``Etcd.put_if_created``)."""
     return f"/txmq/{cluster}/groups/{group}/insync"
 
 
-def decode_insync(kv: KeyValue | None) -> list[str] | None:
+def encode_insync(epoch: int, members: list[Member]) -> bytes:
+    names = [n for n, _ in members]
+    invariant(len(set(names)) == len(names), f"one incarnation per member: {members}")
+    known = {n: i for n, i in members if i is not None}
+    return json.dumps({"epoch": epoch, "members": names, "incarnations": known}).encode()
+
+
+def decode_insync(kv: KeyValue | None) -> list[Member] | None:
+    """The stored set as (name, incarnation) pairs. A set stored before incarnations were (no
+    ``incarnations``), or a member stored without one, has an unknown incarnation: it matches
+    whatever incarnation that name has (the rule before), until the leader stores it again
+    with the one its fetches give (InSync.wanted)."""
     if kv is None:
         return None
     try:
-        return [str(m) for m in json.loads(kv.value)["members"]]
-    except (ValueError, KeyError, TypeError) as exc:
+        doc = json.loads(kv.value)
+        known = doc.get("incarnations") or {}
+        members: list[Member] = []
+        for m in doc["members"]:
+            i = known.get(m)
+            members.append((str(m), str(i) if i is not None else None))
+        return members
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise RemoteProtocolError(f"in-sync key holds no set: {kv.value[:80]!r}") from exc
 
 
@@ -88,6 +106,7 @@ class Leadership:
         *,
         clock: Callable[[], int] = monotonic_ms,
         ttl_ms: int = limits.REPLICA_LEASE_TTL_MS,
+        incarnation: str | None = None,
     ) -> None:
         self.etcd = etcd
         self.key = leader_key(cluster, group)
@@ -98,7 +117,7 @@ class Leadership:
         self.replicas_prefix = replicas_prefix(cluster, group)
         # Every replica of the group as etcd lists them, name -> endpoint; this one always.
         self.replicas: dict[str, str] = {me: endpoint}
-        self.election = Election(me, ttl_ms=ttl_ms)
+        self.election = Election(me, incarnation=incarnation, ttl_ms=ttl_ms)
         self.clock = clock
         self.changed = asyncio.Event()  # set whenever the observed leader changes
         # May this replica campaign? A follower says no while it was not in sync with the
@@ -109,6 +128,7 @@ class Leadership:
         # tail never starts below it (follower.py asserts it). In memory: 0 after a restart.
         self.committed = 0
         self.errors = 0
+        self._warned_rev = -1  # the stored set's revision _warn_reborn last spoke of
 
     @property
     def leader(self) -> Leader | None:
@@ -150,6 +170,7 @@ class Leadership:
                 e.insync = decode_insync(stored)
                 e.insync_rev = stored.mod_revision if stored is not None else 0
                 e.observed(self.clock(), decode_leader(kvs.get(self.key)))
+                self._warn_reborn()
         except CoordinationError as exc:
             self.errors += 1
             log.warning("%s", exc)
@@ -157,6 +178,21 @@ class Leadership:
         if e.leader != before:
             self.changed.set()
         return step
+
+    def _warn_reborn(self) -> None:
+        """Say once per stored set why this replica may not lead although the set names it:
+        another incarnation of its data directory is stored (this one started empty)."""
+        e = self.election
+        theirs = [i for n, i in e.insync or [] if n == e.me and i is not None]
+        if e.named() or not theirs or self._warned_rev == e.insync_rev:
+            return
+        self._warned_rev = e.insync_rev
+        log.warning(
+            "the stored in-sync set names %s with incarnation %s, this data directory is %s:"
+            " it may lead only once it caught up from a leader and was stored again (if every"
+            " member lost its data, see ADR 0005's unclean election)",
+            e.me, theirs[0], e.incarnation,
+        )  # fmt: skip
 
     async def run(self) -> None:
         """Step forever (until cancelled), waiting between steps until the next is due; the
@@ -186,12 +222,13 @@ class Leadership:
         found[me] = self.endpoint
         self.replicas = found
 
-    def store_insync(self, followers: list[str], epoch: int) -> bool:
+    def store_insync(self, followers: list[Member], epoch: int) -> bool:
         """Store the in-sync set (this leader and ``followers``) while this replica's leader key
         of ``epoch`` stands (blocking: run in a thread); False if it does not. Raises
         CoordinationError when etcd does not answer."""
-        members = [self.election.me, *sorted(followers)]
-        value = json.dumps({"epoch": epoch, "members": members}).encode()
+        e = self.election
+        members = [(e.me, e.incarnation), *sorted(followers, key=sort_key)]
+        value = encode_insync(epoch, members)
         put = self.etcd.put_if_created(self.insync_key, value, self.key, epoch)
         if put:
             self.election.insync = members

@@ -43,6 +43,8 @@ from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError
 from txmq.protocol.acl import Acl
 from txmq.protocol.client_security import ClientSecurity, open_aio_channel
+from txmq.store.disk import OsDisk
+from txmq.store.identity import incarnation
 
 log = logging.getLogger(__name__)
 _SHUTDOWN_GRACE_S = 1.0
@@ -100,7 +102,11 @@ async def serve_replica(
     # A replica binds the port its cluster file gives it: the file is what peers dial.
     config = dataclasses.replace(config, port=me.port, replica_group=group)
     etcd = Etcd(config.etcd)
-    leadership = Leadership(etcd, keys, group, me.name, me.endpoint)
+    # Which life of its data directory this replica is: read (or made, durable) before it
+    # takes part in any election; the in-sync set names members by it (ADR 0005).
+    born = await asyncio.to_thread(incarnation, OsDisk(), config.data_dir / "store")
+    log.info("replica %s of group %s, data directory incarnation %s", me.name, group, born)
+    leadership = Leadership(etcd, keys, group, me.name, me.endpoint, incarnation=born)
     leaders = GroupLeaders(etcd, keys, group, leadership)
     membership = Membership(cluster, me, now_ms=wall_ms, leader_of=leaders.leader_of)
     # Replicas the cluster file does not list (``--replica-group`` alone) are learnt from etcd.

@@ -10,8 +10,9 @@ that many in-sync replicas (ADR 0005).
 Must not: elect (leadership.py) or append shipped records (follower.py).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
-JSON header, then the records. Fetch takes ``{"follower", "from", "epoch", "last"?, "topics"?}``
-(``last`` = [offset, crc] of the follower's last record, to detect a divergent tail) and answers
+JSON header, then the records. Fetch takes ``{"follower", "incarnation"?, "from", "epoch", "last"?,
+"topics"?}`` (``incarnation``: of the follower's data directory, store/identity.py; ``last`` =
+[offset, crc] of the follower's last record, to detect a divergent tail) and answers
 ``{"ok", "next_offset", "leader_end", "epoch", "epochs", "committed", "topics"?}`` + records
 (``epochs``: the (epoch, start) pairs that start in the shipped range; ``committed``: the group's
 durable end with SYNC replication, else 0), or a refusal
@@ -37,7 +38,7 @@ import grpc
 from txmq import limits
 from txmq.broker.admin import refusal
 from txmq.broker.data import _args, _int
-from txmq.broker.election import InSync
+from txmq.broker.election import InSync, Member, sort_key
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
@@ -115,7 +116,7 @@ class Replication:
         if min_insync > 1:
             me = leadership.election.me
             stored = leadership.election.insync or []
-            self.insync.keep_stored([n for n in stored if n != me], leadership.clock())
+            self.insync.keep_stored([m for m in stored if m[0] != me], leadership.clock())
 
     def _store_set(self, now_ms: int) -> None:
         """Start storing the in-sync set in etcd if it should change and no write is under way.
@@ -130,16 +131,17 @@ class Replication:
         self.insync.stored = stored | target
         self._storing = asyncio.get_running_loop().create_task(self._put_set(target))
 
-    async def _put_set(self, target: set[str]) -> None:
+    async def _put_set(self, target: set[Member]) -> None:
+        members = sorted(target, key=sort_key)
         try:
-            put = await asyncio.to_thread(self.leadership.store_insync, sorted(target), self.epoch)
+            put = await asyncio.to_thread(self.leadership.store_insync, members, self.epoch)
         except CoordinationError as exc:
-            log.warning("in-sync set %s not stored: %s", sorted(target), exc)
+            log.warning("in-sync set %s not stored: %s", members, exc)
             put = False
         finally:
             self._storing = None
         if put:
-            log.info("in-sync set of epoch %d stored: %s", self.epoch, sorted(target))
+            log.info("in-sync set of epoch %d stored: %s", self.epoch, members)
             self.insync.stored = set(target)
             self._wake_acks(self.leadership.clock())
 
@@ -206,7 +208,14 @@ class Replication:
         if last is not None and record_crc(self.store, int(last[0])) != int(last[1]):
             raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
         now = self.leadership.clock()
-        self.insync.fetched(name, start, written_out_end(self.store), now)
+        incarnation = args.get("incarnation")
+        incarnation = str(incarnation) if incarnation is not None else None
+        if self.insync.fetched(name, start, written_out_end(self.store), now, incarnation):
+            log.warning(
+                "%s fetches under a new incarnation %s (its data directory started empty):"
+                " out of the in-sync set until it caught up and is stored again",
+                name, incarnation,
+            )  # fmt: skip
         self._store_set(now)
         committed = 0
         if self.hold is not None:
@@ -269,6 +278,7 @@ class Replication:
         return {
             "ok": True,
             "name": self.leadership.election.me,
+            "incarnation": self.leadership.election.incarnation,
             "role": "leader" if self.leadership.leads() else "stepping-down",
             "leader": leader.name if leader else None,
             "epoch": leader.epoch if leader else 0,
@@ -280,7 +290,9 @@ class Replication:
 
     def _in_sync(self, now_ms: int) -> list[str]:
         stored = self.insync.stored
-        return sorted(stored) if stored is not None else self.insync.members(now_ms)
+        if stored is None:
+            return self.insync.members(now_ms)
+        return sorted({m[0] for m in stored if self.insync.current(m)})
 
 
 def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
