@@ -8,18 +8,24 @@ leader's lease lapses; the stored set names the follower's name, but not this in
 it must not lead (by name alone, it would, and every acknowledged message would be lost). The
 old leader, killed and restarted on its own directory, leads again; nothing acknowledged is
 lost; the emptied member catches up and is stored again under its new incarnation.
+
+Then the operator's way out when every stored member lost its data: no replica may lead until
+``txmq cluster unclean-election`` stores the set as the replica the operator picks.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from tests.integration.clients import consumer, drain
-from tests.integration.conftest import wait_until
+from tests.integration.conftest import ROOT, BrokerProcess, wait_until
 from tests.integration.test_replication import (
     _send_raw,
     create_topic,
@@ -90,3 +96,40 @@ def test_a_member_restarted_empty_never_leads_before_it_caught_up(group, etcd_en
     wait_until(lambda: stored(etcd_endpoint) == again, 20, f"{again} stored")
     code, text = _send_raw(leader.endpoints, "inc", b"after", "F" * 32)
     assert code == pb.OK, text
+
+
+def members(*replicas: BrokerProcess) -> set[tuple[str, str]]:
+    """Each replica as (name, incarnation), by its Replica/Status."""
+    docs = [status(r.endpoints) for r in replicas]
+    return {(str(d["name"]), str(d["incarnation"])) for d in docs}
+
+
+def test_an_operator_picks_a_leader_once_every_member_lost_its_data(group, etcd_endpoint) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    leader, follower = leader_of(group)
+    both = members(leader, follower)
+    wait_until(lambda: stored(etcd_endpoint) == both, 15, f"{both} stored")
+    for b in (leader, follower):
+        b.kill9()
+        shutil.rmtree(b.data_dir)
+    for b in (leader, follower):
+        b.start()
+    # Neither is a member the set names: both wait (and say why), no one leads.
+    for b in (leader, follower):
+        wait_until(lambda b=b: "may lead only once" in b.log_tail(400), 15, "the refusal logged")
+    etcd = Etcd(etcd_endpoint)
+    lapse_s = (limits.REPLICA_LEASE_TTL_MS + 5_000) / 1000  # the killed leader's lease
+    wait_until(lambda: etcd.get(leader_key("txmq", "g")) is None, lapse_s, "lease lapsed")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "txmq.cli", "cluster", "unclean-election",
+           "--etcd", etcd_endpoint, "--replica", leader.endpoints]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0 and "now names only" in done.stdout, done
+    wait_until(lambda: status(leader.endpoints).get("role") == "leader", 15, "the picked one leads")
+    assert status(follower.endpoints).get("role") == "follower"
+    # The other one follows, is stored, and acks go on; a second run is refused: a leader.
+    again = members(leader, follower)
+    assert not again & both
+    wait_until(lambda: stored(etcd_endpoint) == again, 20, f"{again} stored")
+    assert _send_raw(leader.endpoints, "after", b"after", "E" * 32)[0] == pb.OK
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode != 0 and "leads its group" in done.stderr, done

@@ -163,6 +163,23 @@ class Etcd:
         )
         return bool(doc.get("succeeded"))
 
+    def put_if_unchanged(self, key: str, value: bytes, mod_revision: int, absent: str) -> bool:
+        """Put ``key`` = ``value`` (no lease) only while ``key`` was last modified at
+        ``mod_revision`` (0: it does not exist) and ``absent`` does not exist; True if put."""
+        doc = self.call(
+            "kv/txn",
+            {
+                "compare": [
+                    {"key": _b64(key.encode()), "result": "EQUAL", "target": "MOD",
+                     "mod_revision": str(mod_revision)},
+                    {"key": _b64(absent.encode()), "result": "EQUAL", "target": "CREATE",
+                     "create_revision": "0"},
+                ],
+                "success": [{"request_put": {"key": _b64(key.encode()), "value": _b64(value)}}],
+            },
+        )  # fmt: skip
+        return bool(doc.get("succeeded"))
+
     def delete(self, key: str) -> None:
         self.call("kv/deleterange", {"key": _b64(key.encode())})
 

@@ -332,6 +332,7 @@ class Follower:
             "ok": True,
             "name": self.leadership.election.me,
             "incarnation": self.leadership.election.incarnation,
+            "insync_key": self.leadership.insync_key,
             "role": "follower",
             "leader": leader.name if leader else None,
             "epoch": leader.epoch if leader else 0,

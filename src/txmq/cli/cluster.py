@@ -237,6 +237,22 @@ def status(endpoints: str, as_json: bool) -> None:
         sys.exit(1)
 
 
+@cluster.command("unclean-election")
+@click.option("--etcd", required=True, help="The etcd HOST:PORT the group is led through.")
+@click.option("--replica", required=True, help="HOST:PORT of the replica that is to lead.")
+def unclean_election(etcd: str, replica: str) -> None:
+    """Let one replica lead a group whose stored in-sync set names no replica that can.
+
+    For when every member that set names lost its data for good (a replica restarted on an
+    empty data directory is not the member the set names: it may lead only after it caught
+    up from a leader). Stores the set as REPLICA alone, under the incarnation it runs with,
+    while the group has no leader. Whatever only the forgotten members held is lost (Kafka's
+    unclean leader election): pick the replica that holds the most (`cluster status`, end).
+    A replica that was behind when its leader died may need a restart to campaign.
+    """
+    click.echo(cluster_replicas.unclean_election(etcd, replica))
+
+
 def _stop_on_signals() -> dict[str, bool]:
     """A flag that SIGTERM and Ctrl-C set, for the watch loop to stop every process cleanly."""
     stop = {"now": False}

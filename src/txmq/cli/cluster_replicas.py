@@ -4,7 +4,8 @@ Owns: starting a local etcd when none is given (``--etcd``), the layout of N gro
 replicas (group-<g>, replica-<k> on port PORT+k, k = g*R+i; cluster.py starts them with the
 cluster file), and the status table: every replica of every group (found through ClusterInfo,
 which any member answers), each one's ``txmq.replica.v1.Replica/Status`` (role, leader, epoch,
-in-sync replicas, lag in bytes).
+in-sync replicas, lag in bytes); ``cluster unclean-election`` (the operator's way out when
+every member of a group's stored in-sync set lost its data, ADR 0005).
 Must not: elect or supervise beyond reporting (cluster.py's rules apply).
 """
 
@@ -19,10 +20,12 @@ from typing import Any
 import grpc
 
 from txmq.broker.cluster_file import ClusterFile, Group, Member
+from txmq.broker.etcd import Etcd
 from txmq.broker.etcd_server import start_local_etcd
+from txmq.broker.leadership import decode_insync, decode_leader, encode_insync
 from txmq.broker.replication import SERVICE
 from txmq.client.admin import call
-from txmq.errors import TxmqError
+from txmq.errors import BrokerUnavailableError, CoordinationError, TxmqError
 
 STATUS_TIMEOUT_S = 2.0
 
@@ -116,3 +119,39 @@ def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
             ]
         )  # fmt: skip
     return cols, out
+
+
+def unclean_election(etcd_endpoint: str, replica: str) -> str:
+    """Store the in-sync set of ``replica``'s group as that replica alone, with the incarnation
+    it runs under, so that it may lead (and no one else, until it stores a new set). Only
+    while the group has no leader, in one etcd transaction. Returns what was done.
+
+    Raises:
+        BrokerUnavailableError: no replica answers at ``replica``.
+        CoordinationError: it leads, the group has a leader or no stored set, or the set or
+            the leader changed while this ran (look again); etcd does not answer.
+    """
+    doc = replica_status(replica)
+    if doc is None:
+        raise BrokerUnavailableError(replica, "no replica answers Replica/Status there")
+    name, born, key = doc.get("name"), doc.get("incarnation"), doc.get("insync_key")
+    if doc.get("role") == "leader":
+        raise CoordinationError(f"{name} at {replica} leads its group: nothing to do")
+    if doc.get("role") != "follower" or not (name and born and key):
+        raise CoordinationError(f"{replica} is not a follower that names its incarnation: {doc}")
+    leader_key = str(key)[: -len("insync")] + "leader"
+    etcd = Etcd(etcd_endpoint)
+    found = etcd.get_prefix(str(key)[: -len("insync")])
+    leader = decode_leader(found.get(leader_key))
+    if leader is not None:
+        raise CoordinationError(f"the group has a leader ({leader.name}): nothing to do")
+    old = found.get(str(key))
+    if old is None:
+        raise CoordinationError(f"no in-sync set is stored at {key}: any replica may lead")
+    value = encode_insync(0, [(str(name), str(born))])
+    if not etcd.put_if_unchanged(str(key), value, old.mod_revision, leader_key):
+        raise CoordinationError("the group's leader or in-sync set changed meanwhile: look again")
+    return (
+        f"{key}: was {decode_insync(old)}, now names only {name} (incarnation {born}); it may"
+        " lead. Writes acknowledged only by the members it forgot are lost."
+    )
