@@ -144,3 +144,24 @@ def test_a_campaign_loses_when_the_in_sync_set_changed_since_it_was_read(
     lease, _ = etcd.grant(TTL)
     assert etcd.put_if_absent(fresh_group + "leader", b"r0", lease, (fresh_group + "insync", 0)).won
     etcd.revoke(lease)
+
+
+def test_the_operators_put_needs_no_leader_and_the_set_as_read(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    """``Etcd.put_if_unchanged``, what ``cluster unclean-election`` writes the set with."""
+    etcd = Etcd(etcd_endpoint)
+    base = f"/txmq/t/groups/{_group()}/"
+    etcd.put(base + "insync", b"old")
+    read = etcd.get(base + "insync")
+    assert read is not None
+    etcd.put(base + "insync", b"newer")  # a leader stored a set since
+    assert not etcd.put_if_unchanged(base + "insync", b"op", read.mod_revision, base + "leader")
+    again = etcd.get(base + "insync")
+    assert again is not None
+    lease, _ = etcd.grant(TTL)
+    assert etcd.put_if_absent(base + "leader", b"r0", lease).won  # a leader now
+    assert not etcd.put_if_unchanged(base + "insync", b"op", again.mod_revision, base + "leader")
+    etcd.revoke(lease)  # its key goes with its lease
+    assert etcd.put_if_unchanged(base + "insync", b"op", again.mod_revision, base + "leader")
+    assert etcd.delete_prefix(base) == 1 and etcd.get(base + "insync") is None
