@@ -258,7 +258,8 @@ class InSync:
         f = self.followers.get(name)
         reborn = f is not None and f.incarnation not in (None, incarnation)
         if f is None or reborn:
-            invariant(f is not None or len(self.followers) + 1 < limits.REPLICAS_MAX, "followers")
+            grows = f is None
+            invariant(not grows or len(self.followers) + 1 < limits.REPLICAS_MAX, "followers max")
             # A reborn follower is in sync only once it caught up; a new name is counted in
             # sync for lag_max_ms, as a new leader's followers are (it joins the stored set
             # only once it holds every acknowledged byte).
