@@ -17,6 +17,7 @@ from tests.conftest import SMALL, Clock
 from txmq.errors import DiskFullError, StoreFencedError
 from txmq.model import FlushMode, RecordDraft
 from txmq.store.disk import FileHandle, WrappedFile
+from txmq.store.flush import Group
 from txmq.store.sim_disk import SimDisk
 from txmq.store.store import Store
 
@@ -235,3 +236,25 @@ def test_a_roll_writes_the_staged_records_before_syncing_the_full_segment(clock:
     assert got[:4] == [f"b{i}" for i in range(4)] and len(got) == 11
     assert sorted(got[4:10]) == [f"m{i}" for i in range(10, 16)]
     s.close()
+
+
+def test_a_group_releases_every_waiting_thread_and_calls_back_once() -> None:
+    group = Group()
+    calls: list[str] = []
+    group.on_done(lambda: calls.append("early"))
+    released: list[int] = []
+    waiters = [
+        threading.Thread(target=lambda k=k: (group.wait(), released.append(k))) for k in range(3)
+    ]
+    for t in waiters:
+        t.start()
+    wait_until(lambda: len(group._sleepers) == 3, "three threads wait on the group")
+    assert released == [] and calls == []
+    group.set()
+    group.set()  # a second set (the flusher after fence) changes nothing
+    for t in waiters:
+        t.join(10)
+    assert sorted(released) == [0, 1, 2] and calls == ["early"]
+    group.wait()  # done: returns at once
+    group.on_done(lambda: calls.append("late"))  # done: runs now, in this thread
+    assert calls == ["early", "late"]
