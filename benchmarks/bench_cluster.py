@@ -3,20 +3,35 @@ throughput on this machine, and a projection for a 16-core machine.
 
 Goal (issue 18): a cluster must not make a transaction dearer. Broker CPU per transaction with 2
 brokers must stay within 10 % of 1 broker's, so throughput scales with the cores given to
-brokers. Each phase: official Producer threads (begin, send the half message, commit) given every
-member's endpoint (``H:P1;H:P2``), and a SimpleConsumer process receiving and acking everything
-(bench_broker.consumer_main). CPU is every process of the ``cluster up`` tree (the brokers and
-their supervisor), from the first send after a warm-up (every producer thread sending for
-WARMUP_S, received by the consumer, not counted) until the consumer has everything (bounded).
-The 1- and 2-broker phases alternate ``--rounds`` times in one run, so their ratio holds on a
-shared machine even when absolute figures do not.
+brokers. Load: official Producer threads (begin, send the half message, commit) given every
+member's endpoint (``H:P1;H:P2``), in producer processes of T threads each, and one
+SimpleConsumer process receiving and acking everything (bench_broker.consumer_main). Three
+configurations, each measured every round:
+
+- ``1 broker``: 1 producer process (T threads) against 1 broker;
+- ``2 brokers, equal per broker``: 2 producer processes (2T threads) against 2 brokers, so each
+  broker is offered what the single broker is (the official client spreads each thread's sends
+  over every queue of the route, so each broker has ~T transactions in flight). This is the
+  issue's question: with one broker per core and its share of the load, does a broker pay more
+  per transaction for being in a cluster?
+- ``2 brokers, equal total``: the same 1 producer process (T threads) against 2 brokers: each
+  broker gets half the load, so its group commits are smaller (fewer writes waiting per
+  fdatasync) and its fixed costs are spread over fewer transactions. Printed for comparison.
+
+Per window: the brokers' CPU (each broker process, from /proc; the ``cluster up`` supervisor
+apart), their idle CPU over the same wall time (measured per broker on the same cluster after
+the warm-up, with the consumer long-polling: background loops, probes) which is printed and
+subtracted for the net figure, the clients' CPU, context switches of every broker thread, and
+with ``perf`` (counting, no tracing) fdatasync calls and all syscalls of the brokers, each per
+transaction. Rounds alternate the order of the clusters (1 then 2, 2 then 1, ...); each figure
+is the median over rounds with its min-max, and the ratios are paired per round.
 
 Projection (printed, labelled as such, not measured): with B brokers on B free cores, each
 broker spends the measured CPU per transaction, so the brokers' ceiling is
 B x 1000 / (broker ms per transaction) txn/s; with the clients on the same machine each
-transaction also costs the producer's and consumer's measured CPU.
+transaction also costs the producers' and consumer's measured CPU.
 
-Run: ``.venv/bin/python benchmarks/bench_cluster.py [--seconds S] [--threads N] [--rounds R]``.
+Run: ``.venv/bin/python benchmarks/bench_cluster.py [--seconds S] [--threads T] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -26,40 +41,85 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
+from _procstat import PERF_EVENTS, Counters, PerfCount, counters, perf_works
 from bench_broker import KEY_BYTES, consumer_main, run_threads, sender
-from peers._base import tree_cpu_seconds
+from peers._base import _children_map
 
 ROOT = Path(__file__).parents[1]
 DRAIN_S_MAX = 15.0
 START_TIMEOUT_S = 60.0
 PROJECTED_CORES = 16
-# Window over which the idle cluster's CPU is measured (consumer polling, background loops).
+# Window over which each idle broker's CPU is measured (consumer polling, background loops);
+# shorter when the phases are (smoke runs).
 IDLE_S = 3.0
-# Load before the measured window (not counted), so both phases start warm.
+# Load before the measured windows (not counted), so every configuration starts warm.
 WARMUP_S = 1.5
+ONE, PER_BROKER, TOTAL = "1 broker", "2 brokers, equal per broker", "2 brokers, equal total"
+ONE_PACED, TWO_PACED = "1 broker, paced", "2 brokers, paced per broker"
+# Each 2-broker configuration and the 1-broker one it is compared with.
+PAIRS = {PER_BROKER: ONE, TOTAL: ONE, TWO_PACED: ONE_PACED}
 
 
 @dataclass
-class Phase:
-    brokers: int
+class Window:
+    label: str
     rate: float  # transactions per second
+    sent: int
+    received: int
     broker_ms: float  # CPU per transaction, all brokers together
+    idle_ms: float  # the brokers' idle CPU over the same wall time, per transaction
+    supervisor_ms: float  # the ``cluster up`` process
     producer_ms: float
     consumer_ms: float
-    received: int
-    sent: int
-    idle_ms_per_s: float = 0.0  # the cluster's CPU with no traffic (background loops, probes)
+    ctxt: float  # broker context switches per transaction
+    fdatasync: float | None  # per transaction (perf), None without perf
+    syscalls: float | None
+
+    @property
+    def net_ms(self) -> float:
+        return self.broker_ms - self.idle_ms
+
+
+@dataclass
+class Producers:
+    """Producer processes, each running T official-client threads on command."""
+
+    procs: list[Any]
+    cmds: list[Any]
+    results: Any
+    runs: int = 0
+
+    def drive(self, k: int, seconds: float, rate: float | None = None) -> int:
+        """The first ``k`` processes send for ``seconds`` (each at most ``rate`` txn/s when
+        given); how many transactions they sent."""
+        self.runs += 1
+        for q in self.cmds[:k]:
+            q.put((self.runs, seconds, rate))
+        return sum(self.results.get(timeout=seconds + 120) for _ in range(k))
+
+
+def producer_main(endpoints: str, topic: str, name: int, threads: int, cmds: Any, out: Any) -> None:
+    """Child process: an official transactional Producer with ``threads`` sending threads, run
+    for the number of seconds each command says, until it gets None."""
+    producer, send = sender(endpoints, topic, True)
+    out.put(0)
+    while (cmd := cmds.get()) is not None:
+        run, seconds, rate = cmd
+        out.put(run_threads(threads, seconds, lambda k, i, key=f"{name}-{run}-": send(
+            f"{key}{k}-{i}|".encode().ljust(KEY_BYTES, b".")), rate))  # fmt: skip
+    producer.shutdown()
 
 
 def free_port_run(n: int) -> int:
@@ -107,16 +167,6 @@ def cluster_up(n: int, data_dir: str) -> tuple[subprocess.Popen[str], str]:
     return proc, ";".join(endpoints)
 
 
-def phase(n: int, threads: int, seconds: float, base_dir: str) -> Phase:
-    with tempfile.TemporaryDirectory(dir=base_dir) as d:
-        up, endpoints = cluster_up(n, d)
-        try:
-            return _measure(n, up.pid, endpoints, threads, seconds)
-        finally:
-            up.send_signal(signal.SIGTERM)
-            up.wait(60)
-
-
 def create_topic(endpoints: str, topic: str) -> None:
     """A transaction topic with 4 queues per broker, present on every member before sending."""
     from txmq.client.admin import call
@@ -134,43 +184,126 @@ def create_topic(endpoints: str, topic: str) -> None:
             raise SystemExit(f"topic {topic} did not reach {member}")
 
 
-def _measure(n: int, up_pid: int, endpoints: str, threads: int, seconds: float) -> Phase:
+@dataclass
+class Run:
+    """One cluster's measurements in one round."""
+
+    brokers: int
+    idle_ms_per_s: list[float] = field(default_factory=list)  # per broker
+    windows: dict[str, Window] = field(default_factory=dict)
+    received: int = 0
+    sent: int = 0
+
+
+@dataclass
+class Setup:
+    threads: int
+    seconds: float
+    perf: bool
+    paced: float | None  # txn/s offered to each broker in the paced windows
+    base: str | None
+
+
+def cluster_run(n: int, labels: list[str], s: Setup) -> Run:
+    """Start an n-broker cluster, warm it, measure its idle brokers, then each labelled window."""
+    with tempfile.TemporaryDirectory(dir=s.base) as d:
+        up, endpoints = cluster_up(n, d)
+        try:
+            return _drive(n, up.pid, endpoints, labels, s)
+        finally:
+            up.send_signal(signal.SIGTERM)
+            up.wait(60)
+
+
+def _drive(n: int, up_pid: int, endpoints: str, labels: list[str], s: Setup) -> Run:
+    brokers = sorted(_children_map().get(up_pid, []))
+    assert len(brokers) == n, brokers
     topic = f"bench-cluster-{n}"
     create_topic(endpoints, topic)
     ctx = mp.get_context("spawn")  # gRPC does not survive fork
     ready, stop, count, out = ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue()
     reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, count, out))
     reader.start()
-    producer, send = sender(endpoints, topic, True)
-    if not ready.wait(60):
-        reader.kill()
-        raise SystemExit("the consumer process did not start")
+    k = 1 if n == 1 else 2
+    results = ctx.Queue()
+    cmds = [ctx.Queue() for _ in range(k)]
+    procs = [
+        ctx.Process(target=producer_main, args=(endpoints, topic, i, s.threads, cmds[i], results))
+        for i in range(k)
+    ]
+    for p in procs:
+        p.start()
+    prods = Producers(procs, cmds, results)
+    if not ready.wait(60) or sum(results.get(timeout=60) for _ in procs) != 0:
+        raise SystemExit("the consumer or a producer process did not start")
+    run = Run(n)
+    try:
+        # Warm-up, not measured: every producer thread sends, so every queue of every broker has
+        # been written, read and acked (routes, channels, sessions, first segments).
+        run.sent = prods.drive(k, min(WARMUP_S, s.seconds))
+        _wait_count(count, run.sent)
+        run.idle_ms_per_s = _idle(brokers, min(IDLE_S, s.seconds))
+        clients = [p.pid for p in procs] + [reader.pid]
+        for label in labels:
+            w = _window(label, prods, brokers, up_pid, clients, count, run, s)
+            run.windows[label] = w
+    finally:
+        for q in cmds:
+            q.put(None)
+        stop.set()
+        run.received = len(out.get(timeout=60))
+        reader.join(30)
+        for p in procs:
+            p.join(30)
+    return run
 
-    def produce(k: int, i: int) -> None:
-        send(f"{k}-{i}|".encode().ljust(KEY_BYTES, b"."))
 
-    # Warm-up, not measured: every producer thread sends for WARMUP_S, so every queue of every
-    # broker has been written, read and acked (routes, channels, sessions, first-call code
-    # paths and the first segment of each broker), not only the broker a single send reached.
-    warm = run_threads(threads, WARMUP_S, lambda k, i: produce(k, -1 - i))
-    _wait_count(count, warm)
-    idle0, t_idle = tree_cpu_seconds(up_pid), time.perf_counter()
-    time.sleep(IDLE_S)  # sleep: measuring the idle cluster's CPU over a fixed window
-    idle_ms_per_s = (tree_cpu_seconds(up_pid) - idle0) * 1000 / (time.perf_counter() - t_idle)
+def _idle(brokers: list[int], seconds: float) -> list[float]:
+    """Each broker's CPU in ms per second with no transactions (the consumer long-polling)."""
+    before, t0 = [counters(b) for b in brokers], time.perf_counter()
+    time.sleep(seconds)  # sleep: measuring the idle brokers' CPU over a fixed window
+    wall = time.perf_counter() - t0
+    return [
+        (counters(b).cpu_s - a.cpu_s) * 1000 / wall for a, b in zip(before, brokers, strict=True)
+    ]
 
-    assert reader.pid is not None
-    cpu0 = (tree_cpu_seconds(up_pid), time.process_time(), tree_cpu_seconds(reader.pid))
-    t0 = time.perf_counter()
-    sent = run_threads(threads, seconds, produce)
+
+def _window(
+    label: str, prods: Producers, brokers: list[int], up_pid: int, clients: list[Any],
+    count: Any, run: Run, s: Setup,
+) -> Window:  # fmt: skip
+    """One measured window: producers send for ``s.seconds``, then until the consumer has all."""
+    k = 1 if label in (ONE, TOTAL, ONE_PACED) else 2
+    rate = s.paced if label in (ONE_PACED, TWO_PACED) else None
+    perf = PerfCount(brokers) if s.perf else None
+    if perf is not None:
+        perf.start()
+    pids = [*brokers, up_pid, *clients]
+    c0, got0, t0 = [counters(p) for p in pids], count.value, time.perf_counter()
+    sent = prods.drive(k, s.seconds, rate)
     rate = sent / (time.perf_counter() - t0)
-    _wait_count(count, warm + sent)
-    cpu1 = (tree_cpu_seconds(up_pid), time.process_time(), tree_cpu_seconds(reader.pid))
-    stop.set()
-    received = len(out.get(timeout=60)) - warm
-    reader.join(30)
-    producer.shutdown()
-    per = [(b - a) * 1000 / max(1, sent) for a, b in zip(cpu0, cpu1, strict=True)]
-    return Phase(n, rate, *per, received=received, sent=sent, idle_ms_per_s=idle_ms_per_s)
+    run.sent += sent
+    _wait_count(count, run.sent)
+    d = [counters(p) - a for p, a in zip(pids, c0, strict=True)]
+    wall = time.perf_counter() - t0
+    events = perf.stop() if perf is not None else {}
+    per = max(1, sent)
+    b = brokers_sum(d[: len(brokers)])
+    return Window(
+        label, rate, sent, count.value - got0,
+        broker_ms=b.cpu_s * 1000 / per,
+        idle_ms=sum(run.idle_ms_per_s) * wall / per,
+        supervisor_ms=d[len(brokers)].cpu_s * 1000 / per,
+        producer_ms=sum(x.cpu_s for x in d[len(brokers) + 1 : -1]) * 1000 / per,
+        consumer_ms=d[-1].cpu_s * 1000 / per,
+        ctxt=b.ctxt / per,
+        fdatasync=events[PERF_EVENTS[0]] / per if PERF_EVENTS[0] in events else None,
+        syscalls=events[PERF_EVENTS[1]] / per if PERF_EVENTS[1] in events else None,
+    )  # fmt: skip
+
+
+def brokers_sum(ds: list[Counters]) -> Counters:
+    return Counters(sum(x.cpu_s for x in ds), sum(x.ctxt for x in ds))
 
 
 def _wait_count(count: Any, n: int) -> None:
@@ -180,59 +313,108 @@ def _wait_count(count: Any, n: int) -> None:
         time.sleep(0.05)  # polling the consumer's count, bounded by DRAIN_S_MAX
 
 
-def line(p: Phase) -> str:
+def _opt(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def line(w: Window) -> str:
     return (
-        f"  {p.brokers} broker{'s' if p.brokers > 1 else ' '}: {p.rate:6.0f} txn/s | CPU per "
-        f"transaction: brokers {p.broker_ms:.3f} ms, producer {p.producer_ms:.3f} ms, consumer "
-        f"{p.consumer_ms:.3f} ms | received {p.received}/{p.sent} | idle cluster "
-        f"{p.idle_ms_per_s:.1f} ms CPU/s"
+        f"  {w.label:<28} {w.rate:6.0f} txn/s | brokers {w.broker_ms:.3f} ms/txn (net of idle "
+        f"{w.net_ms:.3f}, idle {w.idle_ms:.3f}) | supervisor {w.supervisor_ms:.3f} | producers "
+        f"{w.producer_ms:.3f} | consumer {w.consumer_ms:.3f} | per txn: fdatasync "
+        f"{_opt(w.fdatasync, '.2f')}, syscalls {_opt(w.syscalls, '.0f')}, ctx switches "
+        f"{w.ctxt:.1f} | received {w.received}/{w.sent}"
     )
+
+
+def spread(xs: list[float], fmt: str = ".3f") -> str:
+    """median (min-max)."""
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--threads", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=8, help="threads per producer process (T)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument(
+        "--paced", type=float, default=None,
+        help="also windows paced to this many txn/s per broker (1 broker: R, 2 brokers: 2R)",
+    )  # fmt: skip
     args = ap.parse_args()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     cores = len(os.sched_getaffinity(0))
-    print(f"# cluster benchmark on {machine()}, {cores} cores, load average {load}")
-    print(f"# {args.threads} producer threads (transactions), 1 consumer process, {args.seconds} s")
     base = os.environ.get("TXMQ_BENCH_DIR")
-    one, two = [], []
+    s = Setup(args.threads, args.seconds, perf_works(), args.paced, base)
+    print(f"# cluster benchmark on {machine()}, {cores} cores, load average {load}")
+    print(
+        f"# T = {args.threads} transactional producer threads per producer process, 1 consumer "
+        f"process, {args.seconds} s windows, {args.rounds} rounds; fdatasync and syscall "
+        f"counts {'by perf stat' if s.perf else 'unavailable (no perf)'}"
+        + (f"; paced windows: {args.paced:g} txn/s per broker" if args.paced else "")
+    )
+    ones: list[Run] = []
+    twos: list[Run] = []
     for r in range(args.rounds):
-        one.append(phase(1, args.threads, args.seconds, base))
-        two.append(phase(2, args.threads, args.seconds, base))
-        print(f"round {r + 1}:\n{line(one[-1])}\n{line(two[-1])}", flush=True)
-    b1 = sum(p.broker_ms for p in one) / len(one)
-    b2 = sum(p.broker_ms for p in two) / len(two)
-    clients = sum(p.producer_ms + p.consumer_ms for p in two) / len(two)
-    ratio = b2 / max(b1, 1e-9)
-    verdict = "met" if ratio <= 1.10 else "missed"
+        labels = {1: [ONE], 2: [PER_BROKER, TOTAL]}
+        if s.paced:
+            labels = {1: [ONE, ONE_PACED], 2: [PER_BROKER, TOTAL, TWO_PACED]}
+        order = [1, 2] if r % 2 == 0 else [2, 1]
+        for n in order:
+            # Alternate the windows' order too, so neither is always first on a fresh cluster.
+            run = cluster_run(n, labels[n] if r % 2 == 0 else labels[n][::-1], s)
+            (ones if n == 1 else twos).append(run)
+        print(f"round {r + 1} (clusters in order {order}):", flush=True)
+        for run in (ones[-1], twos[-1]):
+            idle = ", ".join(f"{x:.1f}" for x in run.idle_ms_per_s)
+            print(f"  {run.brokers} broker(s): idle CPU per broker {idle} ms/s; received "
+                  f"{run.received}/{run.sent} in all")  # fmt: skip
+            for w in run.windows.values():
+                print(line(w))
+    summary(ones, twos, cores)
+
+
+def summary(ones: list[Run], twos: list[Run], cores: int) -> None:
+    by = {lb: [r.windows[lb] for r in ones] for lb in ones[0].windows}
+    by.update({lb: [r.windows[lb] for r in twos] for lb in twos[0].windows})
+    print("medians over rounds (min-max):")
+    for label, ws in by.items():
+        fds = [w.fdatasync for w in ws if w.fdatasync is not None]
+        sys_ = [w.syscalls for w in ws if w.syscalls is not None]
+        print(
+            f"  {label:<28} {spread([w.rate for w in ws], '.0f')} txn/s | brokers "
+            f"{spread([w.broker_ms for w in ws])} ms/txn, net of idle "
+            f"{spread([w.net_ms for w in ws])} | fdatasync/txn "
+            f"{spread(fds, '.2f') if fds else 'n/a'} | syscalls/txn "
+            f"{spread(sys_, '.0f') if sys_ else 'n/a'} | ctx switches/txn "
+            f"{spread([w.ctxt for w in ws], '.1f')}"
+        )
+    for two, one in PAIRS.items():
+        if two not in by:
+            continue
+        gross = [t.broker_ms / o.broker_ms for t, o in zip(by[two], by[one], strict=True)]
+        net = [t.net_ms / o.net_ms for t, o in zip(by[two], by[one], strict=True)]
+        verdict = "met" if statistics.median(gross) <= 1.10 else "missed"
+        print(
+            f"broker CPU per transaction, 2 brokers / 1 broker, {two.split(', ')[1]}: "
+            f"{spread(gross, '.2f')} paired per round (goal <= 1.10: {verdict}); net of idle "
+            f"{spread(net, '.2f')}"
+        )
+    rates = {lb: statistics.median([w.rate for w in ws]) for lb, ws in by.items()}
     print(
-        f"broker CPU per transaction, 2 brokers / 1 broker: {ratio:.2f} (goal <= 1.10: {verdict})"
+        f"throughput here ({cores} cores shared by brokers and clients, closed loop): 1 broker "
+        f"{rates[ONE]:.0f} txn/s, 2 brokers {rates[PER_BROKER]:.0f} txn/s (equal per broker), "
+        f"{rates[TOTAL]:.0f} txn/s (equal total)"
     )
-    # The same with each phase's idle CPU (what the brokers burn with no traffic) taken out:
-    # what a transaction itself costs, which a fixed per-broker cost hides at low rates.
-    net = [
-        sum(p.broker_ms - p.idle_ms_per_s / max(p.rate, 1e-9) for p in ps) / len(ps)
-        for ps in (one, two)
-    ]
-    print(
-        f"  net of idle CPU: 1 broker {net[0]:.3f} ms, 2 brokers {net[1]:.3f} ms, "
-        f"ratio {net[1] / max(net[0], 1e-9):.2f}"
-    )
-    print(
-        f"throughput here: 1 broker {sum(p.rate for p in one) / len(one):.0f} txn/s, "
-        f"2 brokers {sum(p.rate for p in two) / len(two):.0f} txn/s ({cores} cores shared with "
-        "the clients)"
-    )
+    per = by[PER_BROKER]
+    b2 = statistics.median([w.broker_ms for w in per])
+    clients = statistics.median([w.producer_ms + w.consumer_ms for w in per])
     print(
         f"PROJECTION (not measured) for {PROJECTED_CORES} cores: {PROJECTED_CORES} brokers at "
-        f"{b2:.3f} ms of broker CPU per transaction = {PROJECTED_CORES * 1000 / b2:.0f} txn/s "
-        f"with the clients on other machines; with the clients on the same cores (another "
-        f"{clients:.3f} ms per transaction) {PROJECTED_CORES * 1000 / (b2 + clients):.0f} txn/s"
+        f"{b2:.3f} ms of broker CPU per transaction (2 brokers, equal per broker, median) = "
+        f"{PROJECTED_CORES * 1000 / b2:.0f} txn/s with the clients on other machines; with the "
+        f"clients on the same cores (another {clients:.3f} ms per transaction) "
+        f"{PROJECTED_CORES * 1000 / (b2 + clients):.0f} txn/s"
     )
 
 
