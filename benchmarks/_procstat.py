@@ -44,6 +44,14 @@ def counters(pid: int) -> Counters:
     return Counters(cpu, ctxt)
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has been busy since boot (/proc/stat: user, nice,
+    system, irq, softirq, steal; not idle or iowait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def perf_works() -> bool:
     """Whether ``perf stat`` can count the syscall tracepoints here (needs perf and a
     perf_event_paranoid that lets this user read tracepoints)."""

@@ -5,8 +5,9 @@ Goal (issue 18): a cluster must not make a transaction dearer. Broker CPU per tr
 brokers must stay within 10 % of 1 broker's, so throughput scales with the cores given to
 brokers. Load: official Producer threads (begin, send the half message, commit) given every
 member's endpoint (``H:P1;H:P2``), in producer processes of T threads each, and one
-SimpleConsumer process receiving and acking everything (bench_broker.consumer_main). Three
-configurations, each measured every round:
+SimpleConsumer process per cluster receiving and acking everything (bench_broker.consumer_main).
+Both clusters (1 broker, 2 brokers) stay up for the whole run with their clients, warmed first;
+windows on them alternate. Configurations, each measured every round:
 
 - ``1 broker``: 1 producer process (T threads) against 1 broker;
 - ``2 brokers, equal per broker``: 2 producer processes (2T threads) against 2 brokers, so each
@@ -17,21 +18,26 @@ configurations, each measured every round:
 - ``2 brokers, equal total``: the same 1 producer process (T threads) against 2 brokers: each
   broker gets half the load, so its group commits are smaller (fewer writes waiting per
   fdatasync) and its fixed costs are spread over fewer transactions. Printed for comparison.
+- with ``--paced R``: ``1 broker, paced`` (1 process at R txn/s) and ``2 brokers, paced per
+  broker`` (2 processes at R txn/s each): the same rate offered to each broker, closed loop
+  or not.
 
 Per window: the brokers' CPU (each broker process, from /proc; the ``cluster up`` supervisor
 apart), their idle CPU over the same wall time (measured per broker on the same cluster after
 the warm-up, with the consumer long-polling: background loops, probes) which is printed and
 subtracted for the net figure, the clients' CPU, context switches of every broker thread, and
 with ``perf`` (counting, no tracing) fdatasync calls and all syscalls of the brokers, each per
-transaction. Rounds alternate the order of the clusters (1 then 2, 2 then 1, ...); each figure
-is the median over rounds with its min-max, and the ratios are paired per round.
+transaction. Rounds alternate the order of the clusters (1 then 2, 2 then 1, ...) and of the
+windows on each; each figure is the median over rounds with its min-max, and the ratios are
+paired per round (a window on 2 brokers over the 1-broker window of the same round).
 
 Projection (printed, labelled as such, not measured): with B brokers on B free cores, each
 broker spends the measured CPU per transaction, so the brokers' ceiling is
 B x 1000 / (broker ms per transaction) txn/s; with the clients on the same machine each
 transaction also costs the producers' and consumer's measured CPU.
 
-Run: ``.venv/bin/python benchmarks/bench_cluster.py [--seconds S] [--threads T] [--rounds R]``.
+Run: ``.venv/bin/python benchmarks/bench_cluster.py [--seconds S] [--threads T] [--rounds R]
+[--paced R]``.
 """
 
 from __future__ import annotations
@@ -47,13 +53,14 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
-from _procstat import PERF_EVENTS, Counters, PerfCount, counters, perf_works
+from _procstat import PERF_EVENTS, Counters, PerfCount, counters, machine_busy_s, perf_works
 from bench_broker import KEY_BYTES, consumer_main, run_threads, sender
 from peers._base import _children_map
 
@@ -86,6 +93,9 @@ class Window:
     ctxt: float  # broker context switches per transaction
     fdatasync: float | None  # per transaction (perf), None without perf
     syscalls: float | None
+    # CPU of every other process on the machine during the window (/proc/stat's busy time less
+    # the measured processes'), in cores: other sessions' work that shares these cores.
+    others_cores: float = 0.0
 
     @property
     def net_ms(self) -> float:
@@ -185,17 +195,6 @@ def create_topic(endpoints: str, topic: str) -> None:
 
 
 @dataclass
-class Run:
-    """One cluster's measurements in one round."""
-
-    brokers: int
-    idle_ms_per_s: list[float] = field(default_factory=list)  # per broker
-    windows: dict[str, Window] = field(default_factory=dict)
-    received: int = 0
-    sent: int = 0
-
-
-@dataclass
 class Setup:
     threads: int
     seconds: float
@@ -204,102 +203,105 @@ class Setup:
     base: str | None
 
 
-def cluster_run(n: int, labels: list[str], s: Setup) -> Run:
-    """Start an n-broker cluster, warm it, measure its idle brokers, then each labelled window."""
-    with tempfile.TemporaryDirectory(dir=s.base) as d:
-        up, endpoints = cluster_up(n, d)
-        try:
-            return _drive(n, up.pid, endpoints, labels, s)
-        finally:
-            up.send_signal(signal.SIGTERM)
-            up.wait(60)
+class Cluster:
+    """An n-broker ``txmq cluster up`` with its consumer process and producer processes (1 for
+    1 broker, 2 for 2), kept up for the whole run so that windows on both clusters alternate."""
 
-
-def _drive(n: int, up_pid: int, endpoints: str, labels: list[str], s: Setup) -> Run:
-    brokers = sorted(_children_map().get(up_pid, []))
-    assert len(brokers) == n, brokers
-    topic = f"bench-cluster-{n}"
-    create_topic(endpoints, topic)
-    ctx = mp.get_context("spawn")  # gRPC does not survive fork
-    ready, stop, count, out = ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue()
-    reader = ctx.Process(target=consumer_main, args=(endpoints, topic, ready, stop, count, out))
-    reader.start()
-    k = 1 if n == 1 else 2
-    results = ctx.Queue()
-    cmds = [ctx.Queue() for _ in range(k)]
-    procs = [
-        ctx.Process(target=producer_main, args=(endpoints, topic, i, s.threads, cmds[i], results))
-        for i in range(k)
-    ]
-    for p in procs:
-        p.start()
-    prods = Producers(procs, cmds, results)
-    if not ready.wait(60) or sum(results.get(timeout=60) for _ in procs) != 0:
-        raise SystemExit("the consumer or a producer process did not start")
-    run = Run(n)
-    try:
-        # Warm-up, not measured: every producer thread sends, so every queue of every broker has
-        # been written, read and acked (routes, channels, sessions, first segments).
-        run.sent = prods.drive(k, min(WARMUP_S, s.seconds))
-        _wait_count(count, run.sent)
-        run.idle_ms_per_s = _idle(brokers, min(IDLE_S, s.seconds))
-        clients = [p.pid for p in procs] + [reader.pid]
-        for label in labels:
-            w = _window(label, prods, brokers, up_pid, clients, count, run, s)
-            run.windows[label] = w
-    finally:
-        for q in cmds:
-            q.put(None)
-        stop.set()
-        run.received = len(out.get(timeout=60))
-        reader.join(30)
+    def __init__(self, n: int, s: Setup, stack: ExitStack) -> None:
+        self.n, self.s = n, s
+        d = stack.enter_context(tempfile.TemporaryDirectory(dir=s.base))
+        self.up, self.endpoints = cluster_up(n, d)
+        stack.callback(self._stop_up)
+        self.brokers = sorted(_children_map().get(self.up.pid, []))
+        assert len(self.brokers) == n, self.brokers
+        topic = f"bench-cluster-{n}"
+        create_topic(self.endpoints, topic)
+        ctx = mp.get_context("spawn")  # gRPC does not survive fork
+        self.ready, self.stop, self.count, self.out = (
+            ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue(),
+        )  # fmt: skip
+        args = (self.endpoints, topic, self.ready, self.stop, self.count, self.out)
+        self.reader = ctx.Process(target=consumer_main, args=args)
+        self.reader.start()
+        results, cmds = ctx.Queue(), [ctx.Queue() for _ in range(n)]
+        procs = [
+            ctx.Process(
+                target=producer_main, args=(self.endpoints, topic, i, s.threads, cmds[i], results)
+            )
+            for i in range(n)
+        ]
         for p in procs:
+            p.start()
+        self.producers = Producers(procs, cmds, results)
+        stack.callback(self._stop_clients)
+        self.sent = self.received = 0
+        self.idle_ms_per_s: list[float] = []
+        if not self.ready.wait(60) or sum(results.get(timeout=60) for _ in procs) != 0:
+            raise SystemExit("the consumer or a producer process did not start")
+
+    def warm(self) -> None:
+        """Load before measuring, not counted: every producer thread sends, so every queue of
+        every broker has been written, read and acked (routes, channels, sessions, segments)."""
+        self.sent += self.producers.drive(self.n, min(WARMUP_S, self.s.seconds))
+        _wait_count(self.count, self.sent)
+
+    def measure_idle(self) -> None:
+        """Each broker's CPU in ms per second with no transactions (the consumer long-polling,
+        background loops, the members' probes)."""
+        before, t0 = [counters(b) for b in self.brokers], time.perf_counter()
+        time.sleep(min(IDLE_S, self.s.seconds))  # sleep: the idle brokers' CPU over a window
+        wall = time.perf_counter() - t0
+        self.idle_ms_per_s = [
+            (counters(b).cpu_s - a.cpu_s) * 1000 / wall
+            for a, b in zip(before, self.brokers, strict=True)
+        ]
+
+    def _stop_clients(self) -> None:
+        for q in self.producers.cmds:
+            q.put(None)
+        self.stop.set()
+        self.received = len(self.out.get(timeout=60))
+        self.reader.join(30)
+        for p in self.producers.procs:
             p.join(30)
-    return run
 
+    def _stop_up(self) -> None:
+        self.up.send_signal(signal.SIGTERM)
+        self.up.wait(60)
 
-def _idle(brokers: list[int], seconds: float) -> list[float]:
-    """Each broker's CPU in ms per second with no transactions (the consumer long-polling)."""
-    before, t0 = [counters(b) for b in brokers], time.perf_counter()
-    time.sleep(seconds)  # sleep: measuring the idle brokers' CPU over a fixed window
-    wall = time.perf_counter() - t0
-    return [
-        (counters(b).cpu_s - a.cpu_s) * 1000 / wall for a, b in zip(before, brokers, strict=True)
-    ]
-
-
-def _window(
-    label: str, prods: Producers, brokers: list[int], up_pid: int, clients: list[Any],
-    count: Any, run: Run, s: Setup,
-) -> Window:  # fmt: skip
-    """One measured window: producers send for ``s.seconds``, then until the consumer has all."""
-    k = 1 if label in (ONE, TOTAL, ONE_PACED) else 2
-    rate = s.paced if label in (ONE_PACED, TWO_PACED) else None
-    perf = PerfCount(brokers) if s.perf else None
-    if perf is not None:
-        perf.start()
-    pids = [*brokers, up_pid, *clients]
-    c0, got0, t0 = [counters(p) for p in pids], count.value, time.perf_counter()
-    sent = prods.drive(k, s.seconds, rate)
-    rate = sent / (time.perf_counter() - t0)
-    run.sent += sent
-    _wait_count(count, run.sent)
-    d = [counters(p) - a for p, a in zip(pids, c0, strict=True)]
-    wall = time.perf_counter() - t0
-    events = perf.stop() if perf is not None else {}
-    per = max(1, sent)
-    b = brokers_sum(d[: len(brokers)])
-    return Window(
-        label, rate, sent, count.value - got0,
-        broker_ms=b.cpu_s * 1000 / per,
-        idle_ms=sum(run.idle_ms_per_s) * wall / per,
-        supervisor_ms=d[len(brokers)].cpu_s * 1000 / per,
-        producer_ms=sum(x.cpu_s for x in d[len(brokers) + 1 : -1]) * 1000 / per,
-        consumer_ms=d[-1].cpu_s * 1000 / per,
-        ctxt=b.ctxt / per,
-        fdatasync=events[PERF_EVENTS[0]] / per if PERF_EVENTS[0] in events else None,
-        syscalls=events[PERF_EVENTS[1]] / per if PERF_EVENTS[1] in events else None,
-    )  # fmt: skip
+    def window(self, label: str) -> Window:
+        """One measured window: producers send for ``seconds``, then until the consumer has all."""
+        s = self.s
+        k = 1 if label in (ONE, TOTAL, ONE_PACED) else 2
+        perf = PerfCount(self.brokers) if s.perf else None
+        if perf is not None:
+            perf.start()
+        pids = [*self.brokers, self.up.pid, *(p.pid for p in self.producers.procs), self.reader.pid]
+        c0, got0, t0 = [counters(p) for p in pids], self.count.value, time.perf_counter()
+        busy0 = machine_busy_s()
+        paced = label in (ONE_PACED, TWO_PACED)
+        sent = self.producers.drive(k, s.seconds, s.paced if paced else None)
+        rate = sent / (time.perf_counter() - t0)
+        self.sent += sent
+        _wait_count(self.count, self.sent)
+        d = [counters(p) - a for p, a in zip(pids, c0, strict=True)]
+        wall = time.perf_counter() - t0
+        others = (machine_busy_s() - busy0 - sum(x.cpu_s for x in d)) / wall
+        events = perf.stop() if perf is not None else {}
+        per, nb = max(1, sent), len(self.brokers)
+        b = brokers_sum(d[:nb])
+        return Window(
+            label, rate, sent, self.count.value - got0,
+            broker_ms=b.cpu_s * 1000 / per,
+            idle_ms=sum(self.idle_ms_per_s) * wall / per,
+            supervisor_ms=d[nb].cpu_s * 1000 / per,
+            producer_ms=sum(x.cpu_s for x in d[nb + 1 : -1]) * 1000 / per,
+            consumer_ms=d[-1].cpu_s * 1000 / per,
+            ctxt=b.ctxt / per,
+            fdatasync=events[PERF_EVENTS[0]] / per if PERF_EVENTS[0] in events else None,
+            syscalls=events[PERF_EVENTS[1]] / per if PERF_EVENTS[1] in events else None,
+            others_cores=max(0.0, others),
+        )  # fmt: skip
 
 
 def brokers_sum(ds: list[Counters]) -> Counters:
@@ -323,7 +325,8 @@ def line(w: Window) -> str:
         f"{w.net_ms:.3f}, idle {w.idle_ms:.3f}) | supervisor {w.supervisor_ms:.3f} | producers "
         f"{w.producer_ms:.3f} | consumer {w.consumer_ms:.3f} | per txn: fdatasync "
         f"{_opt(w.fdatasync, '.2f')}, syscalls {_opt(w.syscalls, '.0f')}, ctx switches "
-        f"{w.ctxt:.1f} | received {w.received}/{w.sent}"
+        f"{w.ctxt:.1f} | received {w.received}/{w.sent} | other processes "
+        f"{w.others_cores:.2f} cores"
     )
 
 
@@ -353,30 +356,38 @@ def main() -> None:
         f"counts {'by perf stat' if s.perf else 'unavailable (no perf)'}"
         + (f"; paced windows: {args.paced:g} txn/s per broker" if args.paced else "")
     )
-    ones: list[Run] = []
-    twos: list[Run] = []
-    for r in range(args.rounds):
-        labels = {1: [ONE], 2: [PER_BROKER, TOTAL]}
-        if s.paced:
-            labels = {1: [ONE, ONE_PACED], 2: [PER_BROKER, TOTAL, TWO_PACED]}
+    with ExitStack() as stack:
+        clusters = {n: Cluster(n, s, stack) for n in (1, 2)}
+        for c in clusters.values():
+            c.warm()
+        for c in clusters.values():
+            c.measure_idle()
+        by = rounds(clusters, args.rounds, s)
+    for c in clusters.values():
+        idle = ", ".join(f"{x:.1f}" for x in c.idle_ms_per_s)
+        print(f"{c.n} broker(s): idle CPU per broker {idle} ms/s (subtracted for the net "
+              f"figures); the consumer received {c.received}/{c.sent} in all")  # fmt: skip
+    summary(by, cores)
+
+
+def rounds(clusters: dict[int, Cluster], count: int, s: Setup) -> dict[str, list[Window]]:
+    """``count`` rounds of every window, alternating which cluster and which window goes first."""
+    labels = {1: [ONE], 2: [PER_BROKER, TOTAL]}
+    if s.paced:
+        labels = {1: [ONE, ONE_PACED], 2: [PER_BROKER, TOTAL, TWO_PACED]}
+    by: dict[str, list[Window]] = {lb: [] for n in (1, 2) for lb in labels[n]}
+    for r in range(count):
         order = [1, 2] if r % 2 == 0 else [2, 1]
-        for n in order:
-            # Alternate the windows' order too, so neither is always first on a fresh cluster.
-            run = cluster_run(n, labels[n] if r % 2 == 0 else labels[n][::-1], s)
-            (ones if n == 1 else twos).append(run)
         print(f"round {r + 1} (clusters in order {order}):", flush=True)
-        for run in (ones[-1], twos[-1]):
-            idle = ", ".join(f"{x:.1f}" for x in run.idle_ms_per_s)
-            print(f"  {run.brokers} broker(s): idle CPU per broker {idle} ms/s; received "
-                  f"{run.received}/{run.sent} in all")  # fmt: skip
-            for w in run.windows.values():
-                print(line(w))
-    summary(ones, twos, cores)
+        for n in order:
+            for label in labels[n] if r % 2 == 0 else labels[n][::-1]:
+                w = clusters[n].window(label)
+                by[label].append(w)
+                print(line(w), flush=True)
+    return by
 
 
-def summary(ones: list[Run], twos: list[Run], cores: int) -> None:
-    by = {lb: [r.windows[lb] for r in ones] for lb in ones[0].windows}
-    by.update({lb: [r.windows[lb] for r in twos] for lb in twos[0].windows})
+def summary(by: dict[str, list[Window]], cores: int) -> None:
     print("medians over rounds (min-max):")
     for label, ws in by.items():
         fds = [w.fdatasync for w in ws if w.fdatasync is not None]
@@ -387,7 +398,8 @@ def summary(ones: list[Run], twos: list[Run], cores: int) -> None:
             f"{spread([w.net_ms for w in ws])} | fdatasync/txn "
             f"{spread(fds, '.2f') if fds else 'n/a'} | syscalls/txn "
             f"{spread(sys_, '.0f') if sys_ else 'n/a'} | ctx switches/txn "
-            f"{spread([w.ctxt for w in ws], '.1f')}"
+            f"{spread([w.ctxt for w in ws], '.1f')} | other processes "
+            f"{spread([w.others_cores for w in ws], '.2f')} cores"
         )
     for two, one in PAIRS.items():
         if two not in by:
