@@ -19,8 +19,11 @@ windows on them alternate. Configurations, each measured every round:
   broker gets half the load, so its group commits are smaller (fewer writes waiting per
   fdatasync) and its fixed costs are spread over fewer transactions. Printed for comparison.
 - with ``--paced R``: ``1 broker, paced`` (1 process at R txn/s) and ``2 brokers, paced per
-  broker`` (2 processes at R txn/s each): the same rate offered to each broker, closed loop
-  or not.
+  broker`` (2 processes at R txn/s each): the same rate offered to each broker, the sends
+  spread evenly in time (``run_spread``) as from many independent clients. Closed-loop threads
+  instead fall into step with one broker's group commits (those a group releases send again
+  together), which a second broker's own flusher cycle breaks up, so closed loop favours 1
+  broker's group sizes as the thread count grows.
 
 Per window: the brokers' CPU (each broker process, from /proc; the ``cluster up`` supervisor
 apart), their idle CPU over the same wall time (measured per broker on the same cluster after
@@ -53,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +65,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
 from _procstat import PERF_EVENTS, Counters, PerfCount, counters, machine_busy_s, perf_works
-from bench_broker import KEY_BYTES, consumer_main, run_threads, sender
+from bench_broker import KEY_BYTES, OPS_PER_THREAD_MAX, consumer_main, run_threads, sender
 from peers._base import _children_map
 
 ROOT = Path(__file__).parents[1]
@@ -127,9 +131,37 @@ def producer_main(endpoints: str, topic: str, name: int, threads: int, cmds: Any
     out.put(0)
     while (cmd := cmds.get()) is not None:
         run, seconds, rate = cmd
-        out.put(run_threads(threads, seconds, lambda k, i, key=f"{name}-{run}-": send(
+        drive = run_threads if rate is None else run_spread
+        out.put(drive(threads, seconds, lambda k, i, key=f"{name}-{run}-": send(
             f"{key}{k}-{i}|".encode().ljust(KEY_BYTES, b".")), rate))  # fmt: skip
     producer.shutdown()
+
+
+def run_spread(threads: int, seconds: float, op: Callable[[int, int], object], rate: float) -> int:
+    """Call ``op(thread, n)`` from ``threads`` threads for ``seconds``, ``rate`` calls/s in
+    all, spread evenly: thread k's n-th call is due at (n + k / threads) * threads / rate, so
+    calls arrive one at a time, as from many independent clients (bench_broker.run_threads
+    starts every thread's n-th call at the same instant: bursts of ``threads``, which a single
+    broker's group commit gathers whole and two brokers split). Returns the calls made."""
+    counts = [0] * threads
+    start = time.perf_counter()
+    stop = start + seconds
+    interval = threads / rate
+
+    def worker(k: int) -> None:
+        while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
+            wait = start + (counts[k] + k / threads) * interval - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)  # pacing: this thread's share of ``rate``, at its own phase
+            op(k, counts[k])
+            counts[k] += 1
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts)
 
 
 def free_port_run(n: int) -> int:
