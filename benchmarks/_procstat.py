@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PERF_EVENTS = ("syscalls:sys_enter_fdatasync", "raw_syscalls:sys_enter")
+PERF_EVENTS = (
+    "syscalls:sys_enter_fdatasync",
+    "raw_syscalls:sys_enter",
+    "cpu-migrations",
+    "page-faults",
+)
 # perf stat gives no sign once it is attached; it attaches in well under this.
 PERF_ATTACH_S = 0.3
 

@@ -97,6 +97,8 @@ class Window:
     ctxt: float  # broker context switches per transaction
     fdatasync: float | None  # per transaction (perf), None without perf
     syscalls: float | None
+    migrations: float | None  # the brokers' threads moved to another core, per transaction
+    faults: float | None  # the brokers' page faults per transaction
     # CPU of every other process on the machine during the window (/proc/stat's busy time less
     # the measured processes'), in cores: other sessions' work that shares these cores.
     others_cores: float = 0.0
@@ -332,6 +334,8 @@ class Cluster:
             ctxt=b.ctxt / per,
             fdatasync=events[PERF_EVENTS[0]] / per if PERF_EVENTS[0] in events else None,
             syscalls=events[PERF_EVENTS[1]] / per if PERF_EVENTS[1] in events else None,
+            migrations=events[PERF_EVENTS[2]] / per if PERF_EVENTS[2] in events else None,
+            faults=events[PERF_EVENTS[3]] / per if PERF_EVENTS[3] in events else None,
             others_cores=max(0.0, others),
         )  # fmt: skip
 
@@ -356,7 +360,8 @@ def line(w: Window) -> str:
         f"  {w.label:<28} {w.rate:6.0f} txn/s | brokers {w.broker_ms:.3f} ms/txn (net of idle "
         f"{w.net_ms:.3f}, idle {w.idle_ms:.3f}) | supervisor {w.supervisor_ms:.3f} | producers "
         f"{w.producer_ms:.3f} | consumer {w.consumer_ms:.3f} | per txn: fdatasync "
-        f"{_opt(w.fdatasync, '.2f')}, syscalls {_opt(w.syscalls, '.0f')}, ctx switches "
+        f"{_opt(w.fdatasync, '.2f')}, syscalls {_opt(w.syscalls, '.0f')}, migrations "
+        f"{_opt(w.migrations, '.2f')}, page faults {_opt(w.faults, '.1f')}, ctx switches "
         f"{w.ctxt:.1f} | received {w.received}/{w.sent} | other processes "
         f"{w.others_cores:.2f} cores"
     )
@@ -424,12 +429,16 @@ def summary(by: dict[str, list[Window]], cores: int) -> None:
     for label, ws in by.items():
         fds = [w.fdatasync for w in ws if w.fdatasync is not None]
         sys_ = [w.syscalls for w in ws if w.syscalls is not None]
+        mig = [w.migrations for w in ws if w.migrations is not None]
+        flt = [w.faults for w in ws if w.faults is not None]
         print(
             f"  {label:<28} {spread([w.rate for w in ws], '.0f')} txn/s | brokers "
             f"{spread([w.broker_ms for w in ws])} ms/txn, net of idle "
             f"{spread([w.net_ms for w in ws])} | fdatasync/txn "
             f"{spread(fds, '.2f') if fds else 'n/a'} | syscalls/txn "
-            f"{spread(sys_, '.0f') if sys_ else 'n/a'} | ctx switches/txn "
+            f"{spread(sys_, '.0f') if sys_ else 'n/a'} | migrations/txn "
+            f"{spread(mig, '.2f') if mig else 'n/a'} | page faults/txn "
+            f"{spread(flt, '.1f') if flt else 'n/a'} | ctx switches/txn "
             f"{spread([w.ctxt for w in ws], '.1f')} | other processes "
             f"{spread([w.others_cores for w in ws], '.2f')} cores"
         )
