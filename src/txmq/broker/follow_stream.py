@@ -103,8 +103,6 @@ async def follow(f: Follower, leader: Leader, stop: asyncio.Event | None) -> Non
         call.cancel()
         if acks is not None:
             acks.task.cancel()
-            if acks.task.done() and not acks.task.cancelled() and acks.task.exception():
-                log.info("acks to %s ended: %s", leader.endpoint, acks.task.exception())
 
 
 async def _frame(f: Follower, header: dict[str, Any], data: bytes, now: int, acks: Acks) -> None:
