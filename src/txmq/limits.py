@@ -439,12 +439,6 @@ REPLICA_FETCH_WAIT_MS: Final = 200
 # Wake-ups one such long poll takes before it is answered (each is a group written out or an
 # ack; the REPLICA_FETCH_WAIT_MS deadline ends it first in practice).
 REPLICA_FETCH_WAKES_MAX: Final = 10_000
-# Frames one Replica.Follow stream carries before the follower opens a new one (a bound on the
-# stream's loops; at one frame per written-out group or REPLICA_FETCH_WAIT_MS, hours of it).
-REPLICA_STREAM_FRAMES_MAX: Final = 10_000_000
-# Pushes a leader remembers per stream to date its follower's catching up (replication.py): a
-# follower that stopped acking has its oldest forgotten, which can only date it later.
-REPLICA_PUSHES_TRACKED_MAX: Final = 1_024
 # A leader answers a fetch on its event loop, without a thread hop (one hop costs more than
 # the work, and each fetch would take two), when it ships at most this many bytes (a few page-
 # cache reads) and publishes at most this many held records (a few queue-entry writes); a

@@ -289,14 +289,6 @@ class InSync:
             if now_ms - f.caught_up_ms <= self.lag_max_ms
         ]
 
-    def caught_up(self, name: str, at_ms: int) -> None:
-        """Follower ``name`` holds durable every byte the leader had written out at ``at_ms``
-        (a streamed push it acknowledged, replication.py: its acks are pipelined, so the
-        fetch rule's "what we had at its previous request" can stay out of reach)."""
-        f = self.followers.get(name)
-        if f is not None:
-            f.caught_up_ms = max(f.caught_up_ms, at_ms)
-
     def members(self, now_ms: int) -> list[str]:
         return [n for n, _ in self.live(now_ms)]
 

@@ -1,15 +1,15 @@
 """A follower replica: copy the leader's commit log and topics; answer clients with the leader.
 
-Owns: following the leader (one Replica.Follow stream at a time, follow_stream.py: opened from
-this store's end, each pushed group appended verbatim by ``store.replica``), the leader's topic
-definitions (pushed every ``REPLICA_TOPICS_PERIOD_MS``), the leader's epoch history as its
-records arrive (store/epochs.py), a divergent tail (the leader does not hold our last record:
-the leader's epoch history gives the end of the largest epoch both logs hold, and the store is
-cut there, store/truncate.py, then fetched from there; ADR 0005), and the follower's gRPC face:
+Owns: the fetch loop (long polls to the leader's Replica channel from this store's end, each
+answer appended verbatim by ``store.replica.append_shipped``), the leader's topic definitions
+(every ``REPLICA_TOPICS_PERIOD_MS``), the leader's epoch history as its records arrive
+(store/epochs.py), a divergent tail (the leader does not hold our last record: the leader's
+epoch history gives the end of the largest epoch both logs hold, and the store is cut there,
+store/truncate.py, then fetched from there; ADR 0005), and the follower's gRPC face:
 QueryRoute and QueryAssignment answer every group at every replica under the group's name
-(membership.py), the other MessagingService calls are forwarded to the leader (forward.py), the
-admin and data channels are refused with HA_NOT_AVAILABLE naming the leader (but ClusterInfo),
-Replica.Status says "follower".
+(membership.py), the other MessagingService calls are forwarded to the leader (forward.py),
+the admin and data channels are refused with HA_NOT_AVAILABLE naming the leader (but
+ClusterInfo), Replica.Status says "follower".
 Must not: take writes or run the transaction book, deliveries or check-backs: all of those
 start from the log when this replica is promoted (replica_node.py opens a full broker then).
 """
@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,6 @@ from txmq.broker.admin import refusal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
-from txmq.broker.election import Leader
-from txmq.broker.follow_stream import follow
 from txmq.broker.forward import LOCAL, V2_SERVICE, Forwarder
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership, define
@@ -48,6 +46,7 @@ from txmq.broker.replies import fail
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import (
     BadRequestError,
+    CorruptRecordError,
     NotLeaderError,
     TopicNotFoundError,
     invariant,
@@ -58,6 +57,9 @@ from txmq.store.epochs import EpochFile, EpochStart, divergence_point
 from txmq.store.identity import incarnation
 from txmq.store.replica import (
     append_shipped,
+    append_shipped_nowait,
+    last_of,
+    shipped_durable,
     tail_of,
 )
 from txmq.store.store import Store
@@ -65,6 +67,7 @@ from txmq.store.truncate import truncate_closed
 from txmq.txn.coordinator import SNAPSHOT_FILE
 
 log = logging.getLogger(__name__)
+_DIVERGED = "is not the leader's"
 _DISCARDED = "store.discarded"  # a wiped store is renamed here first, then removed
 
 
@@ -130,6 +133,7 @@ class Follower:
         # REPLICA_LAG_MAX_MS before our last successful fetch (ADR 0005). A fresh process is.
         self.fetched_ms = 0
         self.caught_up_ms = 0
+        self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS
         self._channel: tuple[str, Any] | None = None
         # More of Replica.Status (replica_node.py: the forwarder's counts).
         self.more_status: Callable[[], dict[str, Any]] = dict
@@ -143,88 +147,125 @@ class Follower:
             asyncio.get_running_loop().create_task(self._channel[1].close())
         self.store.close()
 
-    def channel(self, endpoint: str) -> Any:
-        """The channel to the leader at ``endpoint`` (kept while it leads)."""
+    def _stub(self, endpoint: str, method: str = "Fetch") -> Any:
         if self._channel is None or self._channel[0] != endpoint:
             if self._channel is not None:
                 asyncio.get_running_loop().create_task(self._channel[1].close())
             self._channel = (endpoint, open_aio_channel(endpoint, self.security))
-        return self._channel[1]
+        return self._channel[1].unary_unary(f"/{SERVICE}/{method}")
 
     async def _call(self, endpoint: str, method: str, args: dict[str, Any]) -> bytes | None:
         """One call to the leader's Replica channel; None (logged, after a pause) on failure."""
-        call = self.channel(endpoint).unary_unary(f"/{SERVICE}/{method}")
+        call = self._stub(endpoint, method)
         timeout = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
         try:
             # Signed with the wall clock: the lease clock is monotonic, not a date.
             metadata = self.security.metadata(time.time_ns() // 1_000_000)
             reply: bytes = await call(json.dumps(args).encode(), timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
-            await self.failed(method, endpoint, exc)
+            log.info("%s from %s failed: %s", method, endpoint, exc.code())
+            if exc.code() is grpc.StatusCode.UNAVAILABLE and self._channel is not None:
+                # A fresh channel next time: a leader restarted on the same port is reached at
+                # once, not after the old channel's reconnect backoff (which grows to minutes,
+                # during which this follower stays eligible by its last successful fetch).
+                asyncio.get_running_loop().create_task(self._channel[1].close())
+                self._channel = None
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
             return None
         return reply
 
-    async def failed(self, method: str, endpoint: str, exc: grpc.aio.AioRpcError) -> None:
-        """A call to the leader failed: log it, pause."""
-        log.info("%s from %s failed: %s", method, endpoint, exc.code())
-        if exc.code() is grpc.StatusCode.UNAVAILABLE and self._channel is not None:
-            # A fresh channel next time: a leader restarted on the same port is reached at
-            # once, not after the old channel's reconnect backoff (which grows to minutes,
-            # during which this follower stays eligible by its last successful fetch).
-            asyncio.get_running_loop().create_task(self._channel[1].close())
-            self._channel = None
-        await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
-
-    def fetch_args(self, leader: Leader, *, topics: bool) -> dict[str, Any]:
-        return {
+    async def step(self) -> None:
+        """One fetch from the current leader (or a short wait when there is none)."""
+        leader = self.leadership.leader
+        if leader is None or leader.name == self.leadership.election.me:
+            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            return
+        now = self.leadership.clock()
+        want_topics = now - self._topics_ms >= limits.REPLICA_TOPICS_PERIOD_MS
+        args = {
             "follower": self.leadership.election.me,
             "incarnation": self.leadership.election.incarnation,
             "from": self.store.log_end_offset,
             "epoch": leader.epoch,
             "last": list(self.last) if self.last else None,
-            "topics": topics,
+            "topics": want_topics,
         }
+        reply = await self._call(leader.endpoint, "Fetch", args)
+        if reply is None:
+            return
+        header, payload = channels.split(reply, "Fetch")
+        if not header.get("ok") and _DIVERGED in str(header.get("error", "")):
+            await self._diverged(leader.endpoint, leader.epoch)
+            return
+        await self._apply(header, bytes(payload), want_topics, now)
 
-    async def step(self, stop: asyncio.Event | None = None) -> None:
-        """Follow the current leader on one Replica.Follow stream (follow_stream.py), or wait a
-        little when there is none."""
-        leader = self.leadership.leader
-        if leader is None or leader.name == self.leadership.election.me:
+    async def _apply(
+        self, header: dict[str, Any], data: bytes, want_topics: bool, now: int
+    ) -> None:
+        if not header.get("ok"):
+            log.info("leader refused a fetch: %s", header.get("error"))
             await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
             return
-        await follow(self, leader, stop)
-
-    def confirmed(self, header: dict[str, Any], now: int, durable_to: int) -> None:
-        """A frame received at ``now`` is durable here up to ``durable_to``."""
-        if now >= self.fetched_ms:
-            self.leader_end = int(header["leader_end"])
-            self.fetched_ms = now
+        if data:
+            start = self.store.log_end_offset
+            pairs = [(int(e), int(s)) for e, s in header.get("epochs", [])]
+            end = await self._append(data, pairs)
+            if end != header["next_offset"]:
+                raise CorruptRecordError(end, f"leader said next offset {header['next_offset']}")
+            self.last = last_of(data)
+            self.fetched_bytes += end - start
+        self.leader_end = int(header["leader_end"])
         # What the group acknowledged, as far as this log holds it: never cut (ADR 0005).
-        committed = min(int(header.get("committed", 0)), durable_to)
+        committed = min(int(header.get("committed", 0)), self.store.log_end_offset)
         self.leadership.committed = max(self.leadership.committed, committed)
-        if durable_to >= int(header["leader_end"]):
-            self.caught_up_ms = max(self.caught_up_ms, now)
+        self.fetched_ms = now
+        if self.store.log_end_offset >= self.leader_end:
+            self.caught_up_ms = now
+        if want_topics and "topics" in header:
+            self._topics_ms = now
+            for d in header["topics"]:
+                try:
+                    define(self.topics, d)
+                except BadRequestError as exc:
+                    log.warning("leader's topic not copied: %s", exc)
+        if "positions" in header:
+            doc = clamp_positions(header["positions"], self.store.queue_offsets)
+            raw = json.dumps(doc, separators=(",", ":")).encode()
+            await asyncio.to_thread(
+                self.store.disk.write_atomic, self.config.data_dir / POSITIONS_FILE, raw
+            )
 
-    def define_topics(self, definitions: list[Any]) -> None:
-        for d in definitions:
-            try:
-                define(self.topics, d)
-            except BadRequestError as exc:
-                log.warning("leader's topic not copied: %s", exc)
-
-    async def keep_positions(self, positions: Any) -> None:
-        doc = clamp_positions(positions, self.store.queue_offsets)
-        raw = json.dumps(doc, separators=(",", ":")).encode()
-        await asyncio.to_thread(
-            self.store.disk.write_atomic, self.config.data_dir / POSITIONS_FILE, raw
-        )
-
-    def append_blocking(self, data: bytes, pairs: list[EpochStart]) -> int:
+    def _append_blocking(self, data: bytes, pairs: list[EpochStart]) -> int:
         """The leader's epochs that start in ``data`` first (durable), then its records."""
         self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
         return append_shipped(self.store, data)
 
-    async def diverged(self, endpoint: str, epoch: int) -> None:
+    async def _append(self, data: bytes, pairs: list[EpochStart]) -> int:
+        """Append a shipment; return once it is durable. A small one is written on the loop
+        (a page-cache write, as the leader's own sends) and its fsync awaited through the
+        flusher's callback: no thread hop on the path every SYNC acknowledgement waits for.
+        (Adopting an epoch writes a small file: once per leader change, on the loop too.)"""
+        if len(data) > limits.REPLICA_INLINE_SHIP_BYTES:
+            return await asyncio.to_thread(self._append_blocking, data, pairs)
+        self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
+        group, end = append_shipped_nowait(self.store, data)
+        if group is not None:
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[None] = loop.create_future()
+
+            def resolve() -> None:
+                if not done.done():
+                    done.set_result(None)
+
+            def wake() -> None:  # on the flusher thread, or here if the group is done
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(resolve)
+
+            group.on_done(wake)
+            await done
+        return shipped_durable(self.store, group, end)
+
+    async def _diverged(self, endpoint: str, epoch: int) -> None:
         """Our tail is not the leader's: ask for its epoch history (Kafka's
         OffsetsForLeaderEpoch) and cut our log where the two last agree."""
         reply = await self._call(endpoint, "Epochs", {"epoch": epoch})
@@ -277,7 +318,7 @@ class Follower:
     async def run(self, stop: asyncio.Event) -> None:
         """Follow until this replica leads or ``stop`` is set."""
         while not stop.is_set() and not self.leadership.leads():
-            await self.step(stop)
+            await self.step()
 
     def refusal(self) -> NotLeaderError:
         leader = self.leadership.leader
@@ -400,12 +441,8 @@ def add_follower_services(
     async def fetch(body: bytes, context: Any) -> bytes:
         return channels.frame(refusal(NotLeaderError("this replica follows"), "Fetch"))
 
-    async def follow(requests: Any, context: Any) -> AsyncIterator[bytes]:
-        yield await fetch(b"", context)
-
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
-        "Follow": grpc.stream_stream_rpc_method_handler(follow),
         "Epochs": grpc.unary_unary_rpc_method_handler(fetch),
         "Status": grpc.unary_unary_rpc_method_handler(status),
     }

@@ -1,13 +1,12 @@
 """The leader's side of a replica group: the Replica channel, the in-sync set, SYNC acks.
 
-Owns: ``txmq.replica.v1.Replica`` (``Fetch``: a follower's long poll for the commit log from its
-end offset; ``Follow``: a stream, the first request a fetch's, then the log pushed as it is
-written out and the follower's durable end sent back after each fsync; ``Epochs``: this leader's
-epoch history and end, for a follower whose tail diverged; ``Status``: this replica's role,
-leader, epoch, end, in-sync set and lags), stamping the log with this leader's epoch before its
-first write (store/epochs.py), and ``Replication.acknowledge``, the gate every write passes
-before it is acknowledged: this replica must lead by its own clock, and with
-``min_insync_replicas`` > 1 the write must be on that many in-sync replicas (ADR 0005).
+Owns: ``txmq.replica.v1.Replica`` (``Fetch``: a follower's long poll for the commit log from
+its end offset; ``Epochs``: this leader's epoch history and end, for a follower whose tail
+diverged; ``Status``: this replica's role, leader, epoch, end, in-sync set and lags), stamping
+the log with this leader's epoch before its first write (store/epochs.py),
+and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
+replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
+that many in-sync replicas (ADR 0005).
 Must not: elect (leadership.py) or append shipped records (follower.py).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
@@ -19,21 +18,19 @@ JSON header, then the records. Fetch takes ``{"follower", "incarnation"?, "from"
 durable end with SYNC replication, else 0), or a refusal
 (``{"ok": false, "code", "error"}``). A fetch naming another epoch than this leader's is
 refused: a stale leader ships nothing to a follower that knows a newer one, and a follower
-never appends from one that is not its epoch's leader. Follow frames are Fetch replies, each
-checked and stamped with the epoch; its later requests are ``{"durable"}``.
+never appends from one that is not its epoch's leader.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import heapq
 import json
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -41,7 +38,7 @@ import grpc
 from txmq import limits
 from txmq.broker.admin import refusal
 from txmq.broker.data import _args, _int
-from txmq.broker.election import InSync, Leader, Member, sort_key
+from txmq.broker.election import InSync, Member, sort_key
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
@@ -198,9 +195,7 @@ class Replication:
             if not done.done():
                 done.set_result(None)
 
-    def _check_epoch(self, args: dict[str, Any]) -> Leader:
-        """This replica leads, in the epoch the follower names (else NotLeaderError): a stale
-        leader ships nothing to a follower that knows a newer one."""
+    async def fetch(self, args: dict[str, Any], run: Any) -> tuple[dict[str, Any], bytes]:
         self._check_leading()
         leader = self.leadership.leader
         assert leader is not None  # leads() implies a leader
@@ -208,83 +203,10 @@ class Replication:
             raise NotLeaderError(
                 f"fetch for epoch {args.get('epoch')} at the leader of epoch {leader.epoch}"
             )
-        return leader
-
-    async def fetch(self, args: dict[str, Any], run: Any) -> tuple[dict[str, Any], bytes]:
-        leader = self._check_epoch(args)
-        start = _int(args, "from")
+        name, start = str(args.get("follower", "")), _int(args, "from")
         last = args.get("last")
         if last is not None and record_crc(self.store, int(last[0])) != int(last[1]):
             raise DivergedError(f"the follower's last record at {last[0]} is not the leader's")
-        await self._noted(args, start, run)
-        await self._wait_written(start)
-        return await self._shipment(start, bool(args.get("topics")), leader.epoch, run)
-
-    async def follow(
-        self, requests: AsyncIterator[bytes], run: Any
-    ) -> AsyncIterator[tuple[dict[str, Any], bytes]]:
-        """Replica.Follow: the first request is a fetch's (answered as one); from then on this
-        pushes the log as it is written out (an empty frame after REPLICA_FETCH_WAIT_MS without
-        a write), each frame checked and stamped with this leader's epoch, while the follower's
-        requests are its durable end, ``{"durable"}``, sent as soon as each fsync returns:
-        no request per round, and the next group is on its way while the last one syncs."""
-        it = aiter(requests)
-        try:
-            first = await anext(it)
-        except StopAsyncIteration:
-            return  # the follower closed before asking
-        args = _args(first)
-        header, data = await self.fetch(args, run)
-        yield header, data
-        sent, topics_ms = int(header["next_offset"]), self.leadership.clock()
-        # (leader end, when) of each push that shipped all that was written out then: an ack
-        # at or past that end shows the follower caught up as of then.
-        pushes: collections.deque[tuple[int, int]] = collections.deque(
-            maxlen=limits.REPLICA_PUSHES_TRACKED_MAX
-        )
-        acks = asyncio.get_running_loop().create_task(self._take_acks(args, it, pushes, run))
-        try:
-            for _ in range(limits.REPLICA_STREAM_FRAMES_MAX):
-                await self._wait_written(sent)
-                if acks.done():
-                    acks.result()  # the follower's error, if any
-                    return
-                leader = self._check_epoch(args)
-                now = self.leadership.clock()
-                topics = now - topics_ms >= limits.REPLICA_TOPICS_PERIOD_MS
-                topics_ms = now if topics else topics_ms
-                header, data = await self._shipment(sent, topics, leader.epoch, run)
-                sent = int(header["next_offset"])
-                if sent >= int(header["leader_end"]):
-                    pushes.append((sent, now))
-                yield header, data
-        finally:
-            acks.cancel()
-
-    async def _take_acks(
-        self,
-        args: dict[str, Any],
-        it: AsyncIterator[bytes],
-        pushes: collections.deque[tuple[int, int]],
-        run: Any,
-    ) -> None:
-        """A following replica's durable ends, counted as fetches from there; caught up as of
-        the last push they cover."""
-        name = str(args.get("follower", ""))
-        async for body in it:
-            self._check_epoch(args)
-            durable = _int(_args(body), "durable")
-            at = None
-            while pushes and pushes[0][0] <= durable:
-                at = pushes.popleft()[1]
-            if at is not None:
-                self.insync.caught_up(name, at)
-            await self._noted(args, durable, run)
-
-    async def _noted(self, args: dict[str, Any], start: int, run: Any) -> None:
-        """The follower holds every byte below ``start`` durable: count it, release what the
-        replicas now hold to readers, wake the acks it satisfies."""
-        name = str(args.get("follower", ""))
         now = self.leadership.clock()
         incarnation = args.get("incarnation")
         incarnation = str(incarnation) if incarnation is not None else None
@@ -295,7 +217,9 @@ class Replication:
                 name, incarnation,
             )  # fmt: skip
         self._store_set(now)
+        committed = 0
         if self.hold is not None:
+            committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
             # Every held record is durable here already, so only the followers bound it.
             up_to = self.insync.followers_end(self.min_insync, now)
             most = limits.REPLICA_INLINE_RECORDS_MAX
@@ -305,15 +229,7 @@ class Replication:
             elif few:
                 self.hold.release(up_to)  # a few queue entries: cheaper than a thread hop
         self._wake_acks(now)
-
-    async def _shipment(
-        self, start: int, topics: bool, epoch: int, run: Any
-    ) -> tuple[dict[str, Any], bytes]:
-        """What is written out from ``start`` (maybe nothing), with the reply's header."""
-        committed = 0
-        if self.hold is not None:
-            now = self.leadership.clock()
-            committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
+        await self._wait_written(start)
         end = written_out_end(self.store)
         if end - start <= limits.REPLICA_INLINE_SHIP_BYTES:
             shipment = ship(self.store, start, end=end)  # a few page-cache reads: no hop
@@ -323,11 +239,11 @@ class Replication:
             "ok": True,
             "next_offset": shipment.next_offset,
             "leader_end": shipment.leader_end,
-            "epoch": epoch,
+            "epoch": leader.epoch,
             "epochs": [p for p in self.epochs.history if start <= p[1] < shipment.next_offset],
             "committed": committed,
         }
-        if topics:
+        if args.get("topics"):
             header["topics"] = [definition(info) for info in self.topics.list()]
             if self.positions is not None:
                 header["positions"] = json.loads(self.positions())
@@ -412,16 +328,8 @@ def add_replica(server: Any, replication: Replication, service: Any) -> None:
         except Exception as exc:
             return channels.frame(refusal(exc, "Epochs"))
 
-    async def follow(requests: Any, context: Any) -> AsyncIterator[bytes]:
-        try:
-            async for header, data in replication.follow(requests, service.run):
-                yield channels.frame(header, [data])
-        except Exception as exc:
-            yield channels.frame(refusal(exc, "Follow"))
-
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
-        "Follow": grpc.stream_stream_rpc_method_handler(follow),
         "Epochs": grpc.unary_unary_rpc_method_handler(epochs),
         "Status": grpc.unary_unary_rpc_method_handler(status),
     }
