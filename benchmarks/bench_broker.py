@@ -76,21 +76,29 @@ def start(cmd: list[str], src: str = str(ROOT / "src")) -> tuple[subprocess.Pope
 
 
 def run_threads(
-    threads: int, seconds: float, op: Callable[[int, int], object], rate: float | None = None
+    threads: int,
+    seconds: float,
+    op: Callable[[int, int], object],
+    rate: float | None = None,
+    *,
+    spread: bool = False,
 ) -> int:
     """Call ``op(thread, n)`` from ``threads`` threads until ``seconds`` pass (at most
     OPS_PER_THREAD_MAX each), at most ``rate`` calls/s in all when given; returns the number
-    of calls made."""
+    of calls made. Paced threads start their n-th call at the same instant (bursts of
+    ``threads``) unless ``spread``: then thread k's n-th call is due at (n + k / threads) *
+    threads / rate, so calls arrive one at a time, as from many independent clients."""
     counts = [0] * threads
     start = time.perf_counter()
     stop = start + seconds
     interval = threads / rate if rate else 0.0
 
     def worker(k: int) -> None:
+        phase = k / threads if spread else 0.0
         while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
-            wait = start + counts[k] * interval - time.perf_counter()
+            wait = start + (counts[k] + phase) * interval - time.perf_counter()
             if wait > 0:
-                time.sleep(wait)  # pacing: this thread's share of ``rate``
+                time.sleep(wait)  # pacing: this thread's share of ``rate``, at its phase
             op(k, counts[k])
             counts[k] += 1
 

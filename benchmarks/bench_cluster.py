@@ -65,7 +65,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
 from _procstat import PERF_EVENTS, Counters, PerfCount, counters, machine_busy_s, perf_works
-from bench_broker import KEY_BYTES, OPS_PER_THREAD_MAX, consumer_main, run_threads, sender
+from bench_broker import KEY_BYTES, consumer_main, run_threads, sender
 from peers._base import _children_map
 
 ROOT = Path(__file__).parents[1]
@@ -140,30 +140,11 @@ def producer_main(endpoints: str, topic: str, name: int, threads: int, cmds: Any
 
 
 def run_spread(threads: int, seconds: float, op: Callable[[int, int], object], rate: float) -> int:
-    """Call ``op(thread, n)`` from ``threads`` threads for ``seconds``, ``rate`` calls/s in
-    all, spread evenly: thread k's n-th call is due at (n + k / threads) * threads / rate, so
-    calls arrive one at a time, as from many independent clients (bench_broker.run_threads
-    starts every thread's n-th call at the same instant: bursts of ``threads``, which a single
-    broker's group commit gathers whole and two brokers split). Returns the calls made."""
-    counts = [0] * threads
-    start = time.perf_counter()
-    stop = start + seconds
-    interval = threads / rate
-
-    def worker(k: int) -> None:
-        while time.perf_counter() < stop and counts[k] < OPS_PER_THREAD_MAX:
-            wait = start + (counts[k] + k / threads) * interval - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)  # pacing: this thread's share of ``rate``, at its own phase
-            op(k, counts[k])
-            counts[k] += 1
-
-    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return sum(counts)
+    """``op`` paced to ``rate`` calls/s in all, spread evenly in time (bench_broker.run_threads
+    with ``spread``): calls arrive one at a time, as from many independent clients, not in
+    bursts of ``threads`` that a single broker's group commit gathers whole and two brokers
+    split. Returns the calls made."""
+    return run_threads(threads, seconds, op, rate, spread=True)
 
 
 def free_port_run(n: int) -> int:
