@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from txmq.broker.etcd_server import start_local_etcd
 from txmq.broker.leadership import decode_insync, decode_leader, encode_insync
 from txmq.broker.replication import SERVICE
 from txmq.client.admin import call
+from txmq.client.security import current
 from txmq.errors import BrokerUnavailableError, CoordinationError, TxmqError
+from txmq.protocol.client_security import open_channel
 
 STATUS_TIMEOUT_S = 2.0
 
@@ -56,13 +59,18 @@ def layout(name: str, groups: int, replicas: int, host: str, port: int, etcd: st
 
 def replica_status(endpoint: str) -> dict[str, Any] | None:
     """A replica's status header; None when ``endpoint`` is not a replica (no such service)
-    or does not answer."""
-    with grpc.insecure_channel(endpoint) as ch:
-        call = ch.unary_unary(f"/{SERVICE}/Status")
-        try:
-            reply = call(b"{}", timeout=STATUS_TIMEOUT_S)
-        except grpc.RpcError:
-            return None
+    or does not answer. Asked with the command's own TLS and credentials (client/security.py),
+    as every other CLI call: a secured replica refuses an unsigned or plaintext caller."""
+    chosen = current()
+    channel = open_channel(endpoint, chosen)
+    try:
+        stub = channel.unary_unary(f"/{SERVICE}/Status")
+        metadata = chosen.metadata(time.time_ns() // 1_000_000)
+        reply = stub(b"{}", metadata=metadata, timeout=STATUS_TIMEOUT_S)
+    except grpc.RpcError:
+        return None
+    finally:
+        channel.close()
     (n,) = struct.unpack_from(">I", reply, 0)
     doc: dict[str, Any] = json.loads(reply[4 : 4 + n])
     return doc
