@@ -112,15 +112,17 @@ def test_bench_cluster_reports_the_ratio_and_the_projection(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_bench_cluster_instructions_reports_the_ratio(tmp_path: Path) -> None:
-    """Slow (~2 min: three brokers under valgrind): `make test-slow` runs it."""
+@pytest.mark.parametrize("compare", ["cluster", "floor"])
+def test_bench_instructions_reports_the_ratio(tmp_path: Path, compare: str) -> None:
+    """Slow (~1-2 min each: brokers under valgrind): `make test-slow` runs it."""
     import shutil
 
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed (Debian package valgrind)")
-    args = ("--seconds", "3", "--rate", "2", "--rounds", "1")
-    out = run_bench("bench_cluster_instructions.py", *args, tmp=tmp_path)
-    assert "instructions per transaction, 2 brokers / 1 broker" in out, out
+    args = (compare, "--seconds", "3", "--rate", "2", "--rounds", "1")
+    out = run_bench("bench_instructions.py", *args, tmp=tmp_path)
+    pair = "2 brokers / 1 broker" if compare == "cluster" else "broker / floor"
+    assert f"instructions per transaction, {pair}, paired per round" in out, out
 
 
 def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
