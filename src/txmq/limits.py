@@ -235,6 +235,11 @@ assert TRANSACTION_CHECK_INTERVAL_MS_MIN <= TRANSACTION_CHECK_INTERVAL_MS_DEFAUL
 # --- Spark connector (moved here from spark/). ----------------------------------------------------
 # Transient failures (broker restarting, connection reset) are retried this many times in all.
 SPARK_CALL_ATTEMPTS_MAX: Final = 4
+# A call to a replica group fails over to its next replica while the one asked does not answer
+# or does not lead, for up to this long (a failover takes 3-7 s, ADR 0006), in at most this many
+# calls (the deadline is the bound; the count keeps the loop finite whatever the clock does).
+SPARK_FAILOVER_S_MAX: Final = 30.0
+SPARK_FAILOVER_TURNS_MAX: Final = 256
 # Times one partition may find its next offset deleted by retention and skip ahead.
 SPARK_DATA_LOSS_SKIPS_MAX: Final = 3
 # Rows per RecordBatch handed to Spark: large enough to amortise Arrow's per-batch cost, small

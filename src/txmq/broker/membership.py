@@ -164,14 +164,19 @@ class Membership:
         down = peer is not None and peer.misses >= limits.CLUSTER_PROBE_MISSES_MAX
         if down and peer is not None and peer.endpoint == endpoint:
             return None
-        endpoints = {m.endpoint for m in group.replicas}
-        if group == self.group and self.registered is not None:
-            endpoints.update(self.registered())
         pairs = []
-        for e in sorted(endpoints):
+        for e in self.replica_endpoints(group):
             host, _, port = e.rpartition(":")
             pairs.append((host, int(port)))
         return Advertised(group.name, tuple(pairs))
+
+    def replica_endpoints(self, group: Group) -> list[str]:
+        """Every replica of ``group``, sorted: the cluster file's, and for this broker's own
+        group those etcd lists too (``registered``)."""
+        endpoints = {m.endpoint for m in group.replicas}
+        if group == self.group and self.registered is not None:
+            endpoints.update(self.registered())
+        return sorted(endpoints)
 
     def route_targets(self) -> list[Advertised]:
         """Every live group in file order, as routes and assignments list them (this broker's
@@ -196,6 +201,9 @@ class Membership:
                     "live": self.advertised(g) is not None,
                     "error": "" if p is None else p.last_error,
                     "replicas": [{"name": m.name, "endpoint": m.endpoint} for m in g.replicas],
+                    # every replica's endpoint, etcd's list included (the Spark connector's
+                    # failover, spark/client.py)
+                    "endpoints": self.replica_endpoints(g),
                 }
             )
         return out

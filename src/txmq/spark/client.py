@@ -13,11 +13,18 @@ Must not: import pyspark, keep state beyond the channel, or decide anything abou
 Retries are safe for every call here: reads and EndTransaction are idempotent, and a half
 message sent twice (the first answer lost) is never listed in the sink ledger, so check-back
 rolls the stray copy back.
+
+A replica group (ADR 0006) is addressed as ``group_address(replicas)``, the replica believed to
+lead first: each call goes to the replica believed to lead and, when that one does not answer
+or answers that it does not lead (HA_NOT_AVAILABLE: a follower refuses the data and admin
+channels, and forwards v2 calls only while it knows a live leader), to the next replica, until
+one leads or SPARK_FAILOVER_S_MAX passes. Every other refusal is raised at once.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import types
 import uuid
@@ -31,7 +38,10 @@ import grpc
 from txmq import errors, limits
 from txmq.errors import (
     BadRequestError,
+    BrokerUnavailableError,
+    NotLeaderError,
     RemoteProtocolError,
+    invariant,
 )
 from txmq.format import record
 from txmq.model import Record
@@ -46,6 +56,20 @@ CALL_TIMEOUT_S: Final = 30.0
 RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _V2_SERVICE: Final = "apache.rocketmq.v2.MessagingService"
+# Joins a replica group's endpoints in the connector's own addresses (partitions, sent halves,
+# sink members); never in user input, where ";" separates members of a cluster.
+REPLICA_SEPARATOR: Final = "|"
+
+
+def group_address(replicas: Sequence[str]) -> str:
+    """The address of a replica group: its endpoints, the one believed to lead first."""
+    invariant(bool(replicas), "a group has a replica")
+    return REPLICA_SEPARATOR.join(replicas)
+
+
+def replicas_of(address: str) -> list[str]:
+    """The endpoints of ``group_address``'s group (one for a broker alone)."""
+    return address.split(REPLICA_SEPARATOR)
 
 
 @functools.cache
@@ -154,15 +178,22 @@ class BrokerClient:
         self.timeout_s = timeout_s
         self.security = security
         self.client_id = f"txmq-spark@{uuid.uuid4().hex[:16]}"
-        self.channel = open_channel(
-            channel_target(endpoints),
-            security,
-            options=[
-                ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
-                ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
-            ],
-        )
-        self._stub: Any = None  # the v2 stub, made on first use (see _v2)
+        # One channel per replica of a group (one for a broker alone); calls go to _leading.
+        self.replicas = replicas_of(endpoints)
+        self._channels = [
+            open_channel(
+                channel_target(replica),
+                security,
+                options=[
+                    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+                    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
+                ],
+            )
+            for replica in self.replicas
+        ]
+        self._stubs: dict[Any, Any] = {}  # v2 stubs by channel, made on first use (see _v2)
+        self._leading = 0
+        self._lock = threading.Lock()
 
     def __enter__(self) -> BrokerClient:
         return self
@@ -170,8 +201,14 @@ class BrokerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def channel(self) -> Any:
+        """The channel to the replica believed to lead (the only one of a broker alone)."""
+        return self._channels[self._leading]
+
     def close(self) -> None:
-        self.channel.close()
+        for channel in self._channels:
+            channel.close()
 
     def metadata(self) -> list[tuple[str, str]]:
         # What the official client sends; the broker reads x-mq-client-id (check-back routing,
@@ -186,10 +223,14 @@ class BrokerClient:
             *self.security.metadata(time.time_ns() // 1_000_000),
         ]
 
-    def _retrying(self, call: str, fn: Callable[[], T], *, service: str = _V2_SERVICE) -> T:
+    def _retrying(self, call: str, fn: Callable[[Any], T], *, service: str = _V2_SERVICE) -> T:
+        """``fn(channel)``, retried: transient transport failures on a broker alone; on a
+        replica group, failover (``_failing_over``)."""
+        if len(self._channels) > 1:
+            return self._failing_over(call, fn, service)
         for attempt in range(limits.SPARK_CALL_ATTEMPTS_MAX):
             try:
-                return fn()
+                return fn(self._channels[0])
             except grpc.RpcError as exc:
                 code = exc.code() if callable(getattr(exc, "code", None)) else None
                 if code in _TRANSIENT and attempt + 1 < limits.SPARK_CALL_ATTEMPTS_MAX:
@@ -198,13 +239,52 @@ class BrokerClient:
                 raise channels.transport_error(exc, self.endpoints, service, call) from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _failing_over(self, call: str, fn: Callable[[Any], T], service: str) -> T:
+        """``fn`` on the replica believed to lead; while replicas do not answer or answer that
+        they do not lead, the next one, with a pause after each round (a new leader is elected
+        through etcd: lease TTL + an observe period, ADR 0005), for at least one round and up
+        to SPARK_FAILOVER_S_MAX. Any other error is raised at once.
+
+        Raises BrokerUnavailableError (retriable) when no replica led in that time."""
+        deadline = time.monotonic() + limits.SPARK_FAILOVER_S_MAX
+        rounds = 0
+        for turn in range(1, limits.SPARK_FAILOVER_TURNS_MAX + 1):
+            index = self._leading
+            try:
+                return fn(self._channels[index])
+            except grpc.RpcError as exc:
+                failed = channels.transport_error(exc, self.replicas[index], service, call)
+                if not isinstance(failed, BrokerUnavailableError):
+                    raise failed from exc
+            except NotLeaderError as exc:
+                failed = exc
+            with self._lock:
+                if self._leading == index:  # another thread may have moved on already
+                    self._leading = (index + 1) % len(self._channels)
+            pause = 0.0
+            if turn % len(self._channels) == 0:
+                pause = RETRY_BACKOFF_S[min(rounds, len(RETRY_BACKOFF_S) - 1)]
+                rounds += 1
+            if turn >= len(self._channels) and time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)  # the group elects through etcd: no event here to wait on
+        raise BrokerUnavailableError(
+            self.endpoints,
+            f"no replica answered {call} as the group's leader within "
+            f"{limits.SPARK_FAILOVER_S_MAX:.0f} s; last: {failed}",
+        ) from failed
+
     def _unary(self, method: str, request: Any) -> Any:
-        if self._stub is None:
-            self._stub = _v2().sg.MessagingServiceStub(self.channel)
-        rpc = getattr(self._stub, method)
-        return self._retrying(
-            method, lambda: rpc(request, metadata=self.metadata(), timeout=self.timeout_s)
-        )
+        def once(channel: Any) -> Any:
+            stub = self._stubs.get(channel)
+            if stub is None:
+                stub = self._stubs[channel] = _v2().sg.MessagingServiceStub(channel)
+            reply = getattr(stub, method)(request, metadata=self.metadata(), timeout=self.timeout_s)
+            if int(reply.status.code) == errors.CODE_HA_NOT_AVAILABLE:
+                raise NotLeaderError(str(reply.status.message))  # a follower with no leader
+            return reply
+
+        return self._retrying(method, once)
 
     # --- Topics and offsets. ------------------------------------------------------------------
 
@@ -274,24 +354,25 @@ class BrokerClient:
         """``_data`` with the request body as given. A refusal the broker marks retriable
         (back-pressure: disk above its watermark, too many pending transactions) raises an
         error whose ``retriable`` is true, whatever its class says."""
-        rpc = self.channel.unary_unary(channels.method_path(channels.DATA_SERVICE, method))
-        raw = self._retrying(
-            method,
-            lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s),
-            service=channels.DATA_SERVICE,
-        )
-        return channels.data_reply(raw, method)
+        path = channels.method_path(channels.DATA_SERVICE, method)
+
+        def once(channel: Any) -> tuple[dict[str, Any], memoryview]:
+            rpc = channel.unary_unary(path)
+            raw = rpc(body, metadata=self.metadata(), timeout=self.timeout_s)
+            return channels.data_reply(raw, method)  # a follower's refusal: NotLeaderError
+
+        return self._retrying(method, once, service=channels.DATA_SERVICE)
 
     def _admin(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         """Call the admin channel; a refusal raises its typed error (``protocol.channels``)."""
-        rpc = self.channel.unary_unary(channels.method_path(channels.ADMIN_SERVICE, method))
+        path = channels.method_path(channels.ADMIN_SERVICE, method)
         body = channels.encode(args)
-        raw = self._retrying(
-            method,
-            lambda: rpc(body, metadata=self.metadata(), timeout=self.timeout_s),
-            service=channels.ADMIN_SERVICE,
-        )
-        return channels.admin_reply(raw, method)
+
+        def once(channel: Any) -> dict[str, Any]:
+            raw = channel.unary_unary(path)(body, metadata=self.metadata(), timeout=self.timeout_s)
+            return channels.admin_reply(raw, method)  # a follower's refusal: NotLeaderError
+
+        return self._retrying(method, once, service=channels.ADMIN_SERVICE)
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int) -> Iterator[Record]:
         """Every message with ``start <= queue_offset < end``, in order, as Records."""
@@ -397,17 +478,11 @@ class BrokerClient:
             return set()
         return {name}
 
-    def cluster_members(self) -> list[str]:
-        """The endpoint of every member of the cluster this broker belongs to, in cluster-file
-        order (a broker without a cluster file is a cluster of one)."""
-        reply = self._admin("ClusterInfo", {})
-        return [str(m["endpoint"]) for m in reply["members"]]
-
-    def cluster_view(self) -> list[tuple[str, str, bool]]:
-        """(name, endpoint, live as this broker sees it) of every member of its cluster, in
-        cluster-file order (a broker without a cluster file is a cluster of one)."""
-        reply = self._admin("ClusterInfo", {})
-        return [(str(m["name"]), str(m["endpoint"]), bool(m["live"])) for m in reply["members"]]
+    def cluster_info(self) -> list[dict[str, Any]]:
+        """ClusterInfo's members (name, endpoint: where the group leads, live, endpoints: every
+        replica), in cluster-file order (a broker without a cluster file is a cluster of one)."""
+        members: list[dict[str, Any]] = self._admin("ClusterInfo", {})["members"]
+        return members
 
     def find_by_key(self, topic: str, key: str, max_count: int) -> list[tuple[list[str], str]]:
         """(keys, body text) of the newest messages of ``topic`` with ``key``."""

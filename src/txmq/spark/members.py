@@ -1,11 +1,12 @@
 """The cluster as the Spark sink sees it: which members take a task's bundles, and where a
 batch's ledger record lives.
 
-Owns: ``SinkCluster`` (every member's name, endpoint and liveness, asked of any member once per
-task and once per driver commit), ``Spread`` (a task's bundles round-robin over the members
-believed live, starting at the task's partition, skipping a member that failed) and
-``Brokers`` (one client per endpoint, opened on first use: the driver's ledger and decisions go
-to the member that holds each).
+Owns: ``cluster_view`` (every member's name, address and liveness, asked of any member; a
+replica group's address names all its replicas, so its client follows the group's failover,
+spark/client.py), ``SinkCluster`` (that view, asked once per task and once per driver commit),
+``Spread`` (a task's bundles round-robin over the members believed live, starting at the task's
+partition, skipping a member that failed) and ``Brokers`` (one client per address, opened on
+first use: the driver's ledger and decisions go to the member that holds each).
 Must not: decide anything (sink.py and txn/ledger.py do) or outlive the task or commit that
 opened it (Spark pickles writers; clients stay out of them).
 """
@@ -13,13 +14,13 @@ opened it (Spark pickles writers; clients stay out of them).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from txmq import errors
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
-from txmq.spark.client import BrokerClient
+from txmq.spark.client import BrokerClient, group_address, replicas_of
 from txmq.txn.ledger import ledger_home, ledger_key
 
 # The member name of a cluster the sink could not ask about (no ledger home is named then).
@@ -39,13 +40,9 @@ class SinkCluster:
         broker with an ACL): then everything goes to ``endpoints`` as to one broker, with no
         ledger home named, so the broker that holds the halves reads its own ledger."""
         try:
-            with BrokerClient(endpoints, security=security) as broker:
-                view = broker.cluster_view()
+            return cls(tuple(cluster_view(endpoints, security)))
         except (errors.ForbiddenError, errors.UnauthorizedError):
             return cls(((UNNAMED, endpoints, True),))
-        if len(view) == 1:
-            view = [(view[0][0], endpoints, True)]
-        return cls(tuple(view))
 
     def home(self, query: str, batch: str) -> tuple[str, str]:
         """(name, endpoint) of the member whose ledger holds the batch (txn/ledger.py); the
@@ -117,3 +114,33 @@ class Spread:
         with self._lock:
             self.down.add(endpoint)
             return any(ep not in self.down for ep in self.endpoints)
+
+
+def cluster_view(
+    endpoints: str, security: ClientSecurity = PLAINTEXT
+) -> list[tuple[str, str, bool]]:
+    """(name, address, live as the member asked sees it) of every member of the cluster behind
+    ``endpoints``, in cluster-file order (a replica group's address: ``member_address``), asked of
+    each of the user's endpoints in turn until one answers (any member answers ClusterInfo).
+    A broker alone is used at the address the user gave; a cluster of one group is addressed
+    by its replicas and every endpoint the user gave (a replica that just started may not list
+    the others yet: etcd's list is read every REPLICA_LIST_PERIOD_MS)."""
+    user = [e.strip() for e in endpoints.split(";") if e.strip()]
+    with BrokerClient(group_address(user), security=security) as broker:
+        view = [(str(m["name"]), member_address(m), bool(m["live"])) for m in broker.cluster_info()]
+    if len(view) != 1:
+        return view
+    name, address, _ = view[0]
+    leader, *others = replicas_of(address)
+    if not others and len(user) == 1:
+        return [(name, endpoints, True)]
+    return [(name, group_address([leader, *sorted({*others, *user} - {leader})]), True)]
+
+
+def member_address(member: Mapping[str, Any]) -> str:
+    """A ClusterInfo member's address: its endpoint (the group's leader), then its other
+    replicas (``endpoints``: every replica the member knows of, etcd's list included)."""
+    leader = str(member["endpoint"])
+    replicas = {str(e) for e in member.get("endpoints") or ()}
+    replicas.update(str(r["endpoint"]) for r in member.get("replicas") or ())
+    return group_address([leader, *sorted(replicas - {leader})])

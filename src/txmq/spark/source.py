@@ -54,6 +54,7 @@ from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 from txmq.spark import options as opt
 from txmq.spark.arrow import SCHEMA_DDL
 from txmq.spark.client import BrokerClient, Pulled
+from txmq.spark.members import cluster_view
 from txmq.spark.options import EARLIEST, LATEST, DataLossError, TxmqOptionError
 
 if TYPE_CHECKING:
@@ -138,7 +139,10 @@ class Source:
     order), and the read numbers them one after the other: queue ``i`` of the read is queue
     ``i % per_broker`` of member ``i // per_broker``. Offsets in Spark's checkpoint are keyed by
     that number, so one broker reads exactly as before, and a cluster's numbering is stable as
-    long as its cluster file keeps its members and their order.
+    long as its cluster file keeps its members and their order. A member that is a replica
+    group is addressed by all its replicas (``client.group_address``): a read follows the
+    group's failover, from the offset it reached, on the new leader (which holds every offset
+    the old one let a reader see when ``min_insync_replicas`` > 1: ADR 0005's high watermark).
     """
 
     endpoints: str
@@ -159,10 +163,7 @@ class Source:
             )
         endpoints, topic = opt.endpoints(opts), opt.require(opts, "topic")
         security = opt.security(opts)
-        with BrokerClient(endpoints, security=security) as broker:
-            members = broker.cluster_members()
-        if len(members) == 1:
-            members = [endpoints]  # one broker: read at the address the user gave
+        members = [address for _, address, _ in cluster_view(endpoints, security)]
         counts = []
         for m in members:
             with BrokerClient(m, security=security) as member:
