@@ -139,6 +139,46 @@ def producer_main(endpoints: str, topic: str, name: int, threads: int, cmds: Any
     producer.shutdown()
 
 
+class Clients:
+    """One SimpleConsumer process (bench_broker.consumer_main) and ``procs`` producer processes
+    of ``threads`` official-client threads each (producer_main) against ``endpoints``, stopped
+    when ``stack`` closes; ``received`` is what the consumer got in all, known after that."""
+
+    def __init__(
+        self, endpoints: str, topic: str, procs: int, threads: int, stack: ExitStack
+    ) -> None:
+        ctx = mp.get_context("spawn")  # gRPC does not survive fork
+        self.ready, self.stop, self.count, self.out = (
+            ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue(),
+        )  # fmt: skip
+        args = (endpoints, topic, self.ready, self.stop, self.count, self.out)
+        self.reader = ctx.Process(target=consumer_main, args=args)
+        self.reader.start()
+        results, cmds = ctx.Queue(), [ctx.Queue() for _ in range(procs)]
+        ps = [
+            ctx.Process(target=producer_main, args=(endpoints, topic, i, threads, cmds[i], results))
+            for i in range(procs)
+        ]
+        for p in ps:
+            p.start()
+        self.producers = Producers(ps, cmds, results)
+        stack.callback(self._stop)
+        self.received = 0
+        if not self.ready.wait(START_TIMEOUT_S) or sum(
+            results.get(timeout=START_TIMEOUT_S) for _ in ps
+        ):
+            raise SystemExit("the consumer or a producer process did not start")
+
+    def _stop(self) -> None:
+        for q in self.producers.cmds:
+            q.put(None)
+        self.stop.set()
+        self.received = len(self.out.get(timeout=START_TIMEOUT_S))
+        self.reader.join(30)
+        for p in self.producers.procs:
+            p.join(30)
+
+
 def run_spread(threads: int, seconds: float, op: Callable[[int, int], object], rate: float) -> int:
     """``op`` paced to ``rate`` calls/s in all, spread evenly in time (bench_broker.run_threads
     with ``spread``): calls arrive one at a time, as from many independent clients, not in
@@ -231,34 +271,14 @@ class Cluster:
         assert len(self.brokers) == n, self.brokers
         topic = f"bench-cluster-{n}"
         create_topic(self.endpoints, topic)
-        ctx = mp.get_context("spawn")  # gRPC does not survive fork
-        self.ready, self.stop, self.count, self.out = (
-            ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue(),
-        )  # fmt: skip
-        args = (self.endpoints, topic, self.ready, self.stop, self.count, self.out)
-        self.reader = ctx.Process(target=consumer_main, args=args)
-        self.reader.start()
-        results, cmds = ctx.Queue(), [ctx.Queue() for _ in range(n)]
-        procs = [
-            ctx.Process(
-                target=producer_main, args=(self.endpoints, topic, i, s.threads, cmds[i], results)
-            )
-            for i in range(n)
-        ]
-        for p in procs:
-            p.start()
-        self.producers = Producers(procs, cmds, results)
-        stack.callback(self._stop_clients)
-        self.sent = self.received = 0
-        self.idle_ms_per_s: list[float] = []
-        if not self.ready.wait(60) or sum(results.get(timeout=60) for _ in procs) != 0:
-            raise SystemExit("the consumer or a producer process did not start")
+        self.clients = Clients(self.endpoints, topic, n, s.threads, stack)
+        self.sent = 0
 
     def warm(self) -> None:
         """Load before measuring, not counted: every producer thread sends, so every queue of
         every broker has been written, read and acked (routes, channels, sessions, segments)."""
-        self.sent += self.producers.drive(self.n, min(WARMUP_S, self.s.seconds))
-        _wait_count(self.count, self.sent)
+        self.sent += self.clients.producers.drive(self.n, min(WARMUP_S, self.s.seconds))
+        _wait_count(self.clients.count, self.sent)
 
     def measure_idle(self) -> None:
         """Each broker's CPU in ms per second with no transactions (the consumer long-polling,
@@ -271,15 +291,6 @@ class Cluster:
             for a, b in zip(before, self.brokers, strict=True)
         ]
 
-    def _stop_clients(self) -> None:
-        for q in self.producers.cmds:
-            q.put(None)
-        self.stop.set()
-        self.received = len(self.out.get(timeout=60))
-        self.reader.join(30)
-        for p in self.producers.procs:
-            p.join(30)
-
     def _stop_up(self) -> None:
         self.up.send_signal(signal.SIGTERM)
         self.up.wait(60)
@@ -291,14 +302,15 @@ class Cluster:
         perf = PerfCount(self.brokers) if s.perf else None
         if perf is not None:
             perf.start()
-        pids = [*self.brokers, self.up.pid, *(p.pid for p in self.producers.procs), self.reader.pid]
-        c0, got0, t0 = [counters(p) for p in pids], self.count.value, time.perf_counter()
+        c = self.clients
+        pids = [*self.brokers, self.up.pid, *(p.pid for p in c.producers.procs), c.reader.pid]
+        c0, got0, t0 = [counters(p) for p in pids], c.count.value, time.perf_counter()
         busy0 = machine_busy_s()
         paced = label in (ONE_PACED, TWO_PACED)
-        sent = self.producers.drive(k, s.seconds, s.paced if paced else None)
+        sent = c.producers.drive(k, s.seconds, s.paced if paced else None)
         rate = sent / (time.perf_counter() - t0)
         self.sent += sent
-        _wait_count(self.count, self.sent)
+        _wait_count(c.count, self.sent)
         d = [counters(p) - a for p, a in zip(pids, c0, strict=True)]
         wall = time.perf_counter() - t0
         others = (machine_busy_s() - busy0 - sum(x.cpu_s for x in d)) / wall
@@ -306,7 +318,7 @@ class Cluster:
         per, nb = max(1, sent), len(self.brokers)
         b = brokers_sum(d[:nb])
         return Window(
-            label, rate, sent, self.count.value - got0,
+            label, rate, sent, c.count.value - got0,
             broker_ms=b.cpu_s * 1000 / per,
             idle_ms=sum(self.idle_ms_per_s) * wall / per,
             supervisor_ms=d[nb].cpu_s * 1000 / per,
@@ -384,7 +396,7 @@ def main() -> None:
     for c in clusters.values():
         idle = ", ".join(f"{x:.1f}" for x in c.idle_ms_per_s)
         print(f"{c.n} broker(s): idle CPU per broker {idle} ms/s (subtracted for the net "
-              f"figures); the consumer received {c.received}/{c.sent} in all")  # fmt: skip
+              f"figures); the consumer received {c.clients.received}/{c.sent} in all")  # fmt: skip
     summary(by, cores)
 
 

@@ -36,7 +36,6 @@ Run: ``.venv/bin/python benchmarks/bench_instructions.py cluster|floor [--second
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import re
 import shutil
@@ -54,8 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
-from bench_broker import consumer_main
-from bench_cluster import Producers, _wait_count, create_topic, free_port_run, producer_main
+from bench_cluster import Clients, _wait_count, create_topic, free_port_run
 
 ROOT = Path(__file__).parents[1]
 FLOOR = Path(__file__).with_name("floor_servers.py")
@@ -163,41 +161,14 @@ class Target:
         topic = f"bench-ir-{name.replace(' ', '-')}"
         if topic_create:
             create_topic(self.endpoints, topic)
-        ctx = mp.get_context("spawn")  # gRPC does not survive fork
-        self.ready, self.stop, self.count, self.out = (
-            ctx.Event(), ctx.Event(), ctx.Value("l", 0), ctx.Queue(),
-        )  # fmt: skip
-        args = (self.endpoints, topic, self.ready, self.stop, self.count, self.out)
-        self.reader = ctx.Process(target=consumer_main, args=args)
-        self.reader.start()
-        results, cmds = ctx.Queue(), [ctx.Queue() for _ in servers]
-        procs = [
-            ctx.Process(target=producer_main,
-                        args=(self.endpoints, topic, i, THREADS, cmds[i], results))
-            for i in range(len(servers))
-        ]  # fmt: skip
-        for p in procs:
-            p.start()
-        self.producers = Producers(procs, cmds, results)
-        run.stack.callback(self._stop_clients)
+        self.clients = Clients(self.endpoints, topic, len(servers), THREADS, run.stack)
         self.sent = 0
-        if not self.ready.wait(120) or sum(results.get(timeout=120) for _ in procs) != 0:
-            raise SystemExit("the consumer or a producer process did not start")
-
-    def _stop_clients(self) -> None:
-        for q in self.producers.cmds:
-            q.put(None)
-        self.stop.set()
-        self.out.get(timeout=120)
-        self.reader.join(60)
-        for p in self.producers.procs:
-            p.join(60)
 
     def warm(self) -> None:
         """Every queue written, read and acked before counting; then instrumentation on."""
         n = len(self.servers)
-        self.sent += self.producers.drive(n, WARMUP_S, self.run.rate)
-        _wait_count(self.count, self.sent)
+        self.sent += self.clients.producers.drive(n, WARMUP_S, self.run.rate)
+        _wait_count(self.clients.count, self.sent)
         for s in self.servers:
             s.control("-i", "on")
 
@@ -208,9 +179,9 @@ class Target:
         time.sleep(self.run.seconds)  # sleep: the idle servers' background work over a window
         idle = [s.dump() / (time.perf_counter() - t0) for s in self.servers]
         t0 = time.perf_counter()
-        sent = self.producers.drive(len(self.servers), self.run.seconds, self.run.rate)
+        sent = self.clients.producers.drive(len(self.servers), self.run.seconds, self.run.rate)
         self.sent += sent
-        _wait_count(self.count, self.sent)
+        _wait_count(self.clients.count, self.sent)
         load = [s.dump() for s in self.servers]
         wall = time.perf_counter() - t0
         net = sum(x - i * wall for x, i in zip(load, idle, strict=True))
