@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from txmq import limits
 from txmq.broker.config import BrokerConfig
+from txmq.broker.tls import read_pem
 from txmq.errors import ConfigError, ForbiddenError, UnauthorizedError, invariant
 from txmq.protocol import auth
 from txmq.protocol.acl import Acl, User, parse_acl
@@ -345,11 +346,13 @@ def drop_unpublishable(user: User, settings: Any) -> list[str]:
 
 def peer_security(config: BrokerConfig, acl: Acl | None) -> ClientSecurity:
     """How this broker calls its peers (cluster members' admin channel, a replica group
-    leader's Fetch): signed as ``cluster_access_key`` (an admin of the ACL file) when they check
-    credentials, over TLS trusting ``cluster_ca_file`` when they serve TLS.
+    leader's Fetch, a follower's forwarded calls): signed as ``cluster_access_key`` (an admin of
+    the ACL file) when they check credentials, over TLS trusting ``cluster_ca_file`` when they
+    serve TLS, presenting a client certificate when they require one (``_peer_certificate``).
 
     Raises:
-        ConfigError: a secured cluster member or replica without what its peers will ask for.
+        ConfigError: a secured cluster member or replica without what its peers will ask for,
+            or a peer certificate or key that cannot be read.
     """
     if config.cluster_file is None and not config.etcd:
         return PLAINTEXT
@@ -365,14 +368,35 @@ def peer_security(config: BrokerConfig, acl: Acl | None) -> ClientSecurity:
         key, secret = user.access_key, user.secret_key
     if config.tls_cert is None:
         return ClientSecurity(key, secret)
-    if config.tls_client_ca is not None:
-        raise ConfigError("tls_client_ca: mutual TLS between peer brokers is not supported")
     if config.cluster_ca_file is None:
         raise ConfigError(
             "cluster_ca_file: a cluster member or replica serving TLS needs the CA that signed "
             "its peers' certificates"
         )
-    return ClientSecurity(key, secret, tls=True, ca_file=config.cluster_ca_file)
+    cert, cert_key = _peer_certificate(config)
+    return ClientSecurity(
+        key, secret, tls=True, ca_file=config.cluster_ca_file, cert_file=cert, key_file=cert_key
+    )
+
+
+def _peer_certificate(config: BrokerConfig) -> tuple[Path | None, Path | None]:
+    """The client certificate and key this member presents to its peers: ``tls_peer_cert`` and
+    ``tls_peer_key`` when given; else, when the members require client certificates
+    (``tls_client_ca``: the same on every member), its own ``tls_cert`` and ``tls_key``, which
+    then need the clientAuth extended key usage besides serverAuth; else none. Read once here so
+    an unreadable file stops the start, naming its flag, rather than every later peer call.
+    """
+    if config.tls_peer_cert is not None and config.tls_peer_key is not None:
+        cert, key = config.tls_peer_cert, config.tls_peer_key
+        flags = ("--tls-peer-cert", "--tls-peer-key")
+    elif config.tls_client_ca is not None and config.tls_cert and config.tls_key:
+        cert, key = config.tls_cert, config.tls_key
+        flags = ("--tls-cert (as the peer certificate)", "--tls-key")
+    else:
+        return None, None
+    read_pem(cert, flags[0])
+    read_pem(key, flags[1])
+    return cert, key
 
 
 def open_broker_notice(acl_file: Path | None) -> None:

@@ -94,6 +94,16 @@ _D = BrokerConfig(data_dir=Path("data"))
     help="Require client certificates signed by this CA (PEM).",
 )
 @click.option(
+    "--tls-peer-cert",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM client cert presented to peers (default with --tls-client-ca: --tls-cert).",
+)
+@click.option(
+    "--tls-peer-key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM key of --tls-peer-cert (default with --tls-client-ca: --tls-key).",
+)
+@click.option(
     "--cluster",
     "cluster_file",
     type=click.Path(path_type=Path, dir_okay=False),

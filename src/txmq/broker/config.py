@@ -58,6 +58,11 @@ class BrokerConfig:
     # member's calls to its peers, and the CA that signed the peers' TLS certificates.
     cluster_access_key: str = ""
     cluster_ca_file: Path | None = None
+    # The client certificate (and key) this member presents to its peers when they require one
+    # (tls_client_ca); default: its own tls_cert/tls_key, which then need the clientAuth
+    # extended key usage besides serverAuth (docs/security.md).
+    tls_peer_cert: Path | None = None
+    tls_peer_key: Path | None = None
     # Replication (docs/adr/0005-replication-leadership.md): with an etcd endpoint this broker
     # is one replica of the group replica_group (default: its broker name), led through etcd;
     # a write is acknowledged once min_insync_replicas replicas (the leader included) have it.
@@ -104,3 +109,7 @@ class BrokerConfig:
             raise ConfigError("tls_cert and tls_key go together (a certificate and its key)")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("tls_client_ca needs tls_cert and tls_key (mutual TLS is TLS)")
+        if (self.tls_peer_cert is None) != (self.tls_peer_key is None):
+            raise ConfigError("tls_peer_cert and tls_peer_key go together (a certificate, its key)")
+        if self.tls_peer_cert is not None and self.tls_cert is None:
+            raise ConfigError("tls_peer_cert needs tls_cert and tls_key (peer calls use TLS)")

@@ -33,6 +33,8 @@ ENV_NOT_BROKER = frozenset(
         "TXMQ_SECRET_KEY",
         "TXMQ_TLS",
         "TXMQ_CA_FILE",
+        "TXMQ_CERT_FILE",
+        "TXMQ_KEY_FILE",
     }
 )
 _TRUE = ("1", "true", "yes", "on")

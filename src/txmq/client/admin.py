@@ -18,7 +18,7 @@ import grpc
 
 from txmq import errors, limits
 from txmq.client.security import current
-from txmq.errors import BrokerUnavailableError, RemoteProtocolError
+from txmq.errors import BrokerUnavailableError, RemoteProtocolError, TxmqError
 from txmq.protocol import channels
 from txmq.protocol.client_security import ClientSecurity, open_channel
 
@@ -108,10 +108,28 @@ def _call_one(
         metadata = chosen.metadata(time.time_ns() // 1_000_000)
         raw = stub(channels.encode(args), metadata=metadata, timeout=timeout_s)
     except grpc.RpcError as exc:
-        raise channels.transport_error(exc, endpoints, "txmq admin", method) from exc
+        error = channels.transport_error(exc, endpoints, "txmq admin", method)
+        raise _certificate_hint(error, chosen) from exc
     finally:
         channel.close()
     return channels.admin_reply(raw, method)
+
+
+def _certificate_hint(error: TxmqError, security: ClientSecurity) -> TxmqError:
+    """A broker started with --tls-client-ca ends a handshake without a client certificate
+    before any gRPC status, which the caller sees as "Socket closed": say what is likely."""
+    if (
+        isinstance(error, BrokerUnavailableError)
+        and security.tls
+        and security.cert_file is None
+        and "Socket closed" in error.reason
+    ):
+        return BrokerUnavailableError(
+            error.endpoints,
+            f"{error.reason} (a broker started with --tls-client-ca closes the TLS handshake "
+            "of a client without a certificate: give --cert-file and --key-file)",
+        )
+    return error
 
 
 def call_pages(

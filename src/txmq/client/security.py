@@ -1,6 +1,7 @@
 """The client commands' security options: ``--access-key``/``--secret-key`` (env
-``TXMQ_ACCESS_KEY``/``TXMQ_SECRET_KEY``), ``--tls`` (``TXMQ_TLS``) and ``--ca-file``
-(``TXMQ_CA_FILE``).
+``TXMQ_ACCESS_KEY``/``TXMQ_SECRET_KEY``), ``--tls`` (``TXMQ_TLS``), ``--ca-file``
+(``TXMQ_CA_FILE``) and ``--cert-file``/``--key-file`` (``TXMQ_CERT_FILE``/``TXMQ_KEY_FILE``, a
+client certificate for a broker started with ``--tls-client-ca``).
 
 Owns: declaring them once (``security_options``, added by ``endpoints_option`` to every command
 that talks to a broker), the ``ClientSecurity`` value a command's calls use (``current``), and
@@ -33,8 +34,20 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+def _file_option(flag: str, envvar: str, text: str) -> Callable[[F], F]:
+    return click.option(
+        flag,
+        envvar=envvar,
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        expose_value=False,
+        callback=_remember,
+        help=f"{text} (env {envvar}).",
+    )
+
+
 def security_options(fn: F) -> F:
-    """Add the four options to a command; their values go to ``current()``."""
+    """Add the six options to a command; their values go to ``current()``."""
     options = [
         click.option(
             "--access-key",
@@ -62,15 +75,11 @@ def security_options(fn: F) -> F:
             callback=_remember,
             help="Connect over TLS (env TXMQ_TLS).",
         ),
-        click.option(
-            "--ca-file",
-            envvar="TXMQ_CA_FILE",
-            type=click.Path(path_type=Path, dir_okay=False),
-            default=None,
-            expose_value=False,
-            callback=_remember,
-            help="PEM CA to trust; implies --tls (env TXMQ_CA_FILE).",
+        _file_option("--ca-file", "TXMQ_CA_FILE", "PEM CA to trust; implies --tls"),
+        _file_option(
+            "--cert-file", "TXMQ_CERT_FILE", "PEM client certificate for mutual TLS; implies --tls"
         ),
+        _file_option("--key-file", "TXMQ_KEY_FILE", "PEM key of --cert-file"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -92,6 +101,8 @@ def current() -> ClientSecurity:
         secret_key=chosen.get("secret_key") or "",
         tls=bool(chosen.get("tls")),
         ca_file=chosen.get("ca_file"),
+        cert_file=chosen.get("cert_file"),
+        key_file=chosen.get("key_file"),
     )
 
 
@@ -100,12 +111,19 @@ def official_configuration(endpoints: str) -> tuple[Any, bool]:
 
     The official client takes no CA argument: it trusts gRPC's default roots, which
     ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` replaces; so ``--ca-file`` sets that variable for this
-    process (a CLI process talks to one broker).
+    process (a CLI process talks to one broker). It takes no client certificate either:
+    ``--cert-file`` reaches it through official_tls.present.
+
+    Raises:
+        ConfigError: a certificate, key or CA file cannot be read.
     """
     from rocketmq import ClientConfiguration, Credentials
+
+    from txmq.client import official_tls
 
     security = current()
     if security.ca_file is not None:
         os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(security.ca_file)
+    official_tls.present(security)
     credentials = Credentials(security.access_key, security.secret_key)
     return ClientConfiguration(endpoints, credentials), security.tls

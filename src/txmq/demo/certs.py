@@ -1,4 +1,5 @@
-"""Throwaway certificates for TLS on one machine: a CA, a server certificate, a client one.
+"""Throwaway certificates for TLS on one machine: a CA, a server certificate (also valid as the
+client certificate a broker presents to its cluster peers), a client one.
 
 Owns: generating them with the ``cryptography`` package (a dev/demo dependency: import this
 module only when certificates are wanted) and writing them as PEM files, private keys at mode
@@ -45,9 +46,10 @@ def _certificate(
     ca_key: ec.EllipticCurvePrivateKey,
     *,
     hosts: tuple[str, ...] = (),
-    usage: x509.ObjectIdentifier | None = None,
+    usage: tuple[x509.ObjectIdentifier, ...] = (),
 ) -> x509.Certificate:
-    """A certificate for ``key`` signed by ``ca_key``; a CA certificate when ``usage`` is None."""
+    """A certificate for ``key`` signed by ``ca_key``, for the extended key ``usage``s; a CA
+    certificate when ``usage`` is empty."""
     now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -57,7 +59,7 @@ def _certificate(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=usage is None, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=not usage, path_length=None), critical=True)
     )
     if hosts:
         names: list[x509.GeneralName] = []
@@ -67,8 +69,8 @@ def _certificate(
             except ValueError:
                 names.append(x509.DNSName(host))
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if usage:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(usage)), critical=False)
     return builder.sign(ca_key, hashes.SHA256())
 
 
@@ -90,15 +92,18 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def make_bundle(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Bundle:
     """Write a CA, a server certificate for ``hosts`` and a client certificate into
-    ``directory`` (keys mode 600, certificates 644)."""
+    ``directory`` (keys mode 600, certificates 644). The server certificate is a cluster
+    member's: valid for serverAuth and clientAuth, since a member started with
+    ``--tls-client-ca`` presents it to its peers (``--tls-peer-cert`` defaults to it)."""
     assert hosts, "a server certificate names at least one host"
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
     ca = _certificate(CA_NAME, ca_key, ca_key)
-    server = _certificate(
-        hosts[0], server_key, ca_key, hosts=hosts, usage=ExtendedKeyUsageOID.SERVER_AUTH
+    member = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    server = _certificate(hosts[0], server_key, ca_key, hosts=hosts, usage=member)
+    client = _certificate(
+        "txmq client", client_key, ca_key, usage=(ExtendedKeyUsageOID.CLIENT_AUTH,)
     )
-    client = _certificate("txmq client", client_key, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
     pem = serialization.Encoding.PEM
     return Bundle(
         ca=_write(directory / "ca.pem", ca.public_bytes(pem), 0o644),

@@ -25,7 +25,8 @@ _TRUE = ("1", "true", "yes", "on")
 
 @dataclass(frozen=True)
 class ClientSecurity:
-    """Credentials (both keys or neither) and TLS (``tls``, implied by ``ca_file``)."""
+    """Credentials (both keys or neither), TLS (``tls``, implied by ``ca_file`` and
+    ``cert_file``) and a client certificate for brokers that require one (mutual TLS)."""
 
     access_key: str = ""
     secret_key: str = field(default="", repr=False)
@@ -33,6 +34,10 @@ class ClientSecurity:
     # PEM roots to trust; None trusts gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
     # or the system's).
     ca_file: Path | None = None
+    # PEM client certificate chain and its private key (both or neither), presented to a broker
+    # started with --tls-client-ca; the certificate needs the clientAuth extended key usage.
+    cert_file: Path | None = None
+    key_file: Path | None = None
 
     def __post_init__(self) -> None:
         if bool(self.access_key) != bool(self.secret_key):
@@ -42,18 +47,27 @@ class ClientSecurity:
                 "--access-key: letters, digits and _ . @ : / + - only "
                 f"(at most {limits.ACCESS_KEY_LENGTH_MAX})"
             )
-        if self.ca_file is not None and not self.tls:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConfigError("--cert-file and --key-file go together (a certificate and its key)")
+        if (self.ca_file is not None or self.cert_file is not None) and not self.tls:
             object.__setattr__(self, "tls", True)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ClientSecurity:
-        """From ``TXMQ_ACCESS_KEY``, ``TXMQ_SECRET_KEY``, ``TXMQ_TLS`` and ``TXMQ_CA_FILE``."""
-        ca = env.get("TXMQ_CA_FILE", "")
+        """From ``TXMQ_ACCESS_KEY``, ``TXMQ_SECRET_KEY``, ``TXMQ_TLS``, ``TXMQ_CA_FILE``,
+        ``TXMQ_CERT_FILE`` and ``TXMQ_KEY_FILE``."""
+
+        def path(name: str) -> Path | None:
+            value = env.get(name, "")
+            return Path(value) if value else None
+
         return cls(
             access_key=env.get("TXMQ_ACCESS_KEY", ""),
             secret_key=env.get("TXMQ_SECRET_KEY", ""),
             tls=env.get("TXMQ_TLS", "").strip().lower() in _TRUE,
-            ca_file=Path(ca) if ca else None,
+            ca_file=path("TXMQ_CA_FILE"),
+            cert_file=path("TXMQ_CERT_FILE"),
+            key_file=path("TXMQ_KEY_FILE"),
         )
 
     @property
@@ -68,6 +82,8 @@ class ClientSecurity:
             out.update(accessKey=self.access_key, secretKey=self.secret_key)
         if self.ca_file is not None:
             out["caFile"] = str(self.ca_file)
+        if self.cert_file is not None and self.key_file is not None:
+            out.update(certFile=str(self.cert_file), keyFile=str(self.key_file))
         return out
 
     def metadata(self, now_ms: int) -> list[tuple[str, str]]:
@@ -77,20 +93,26 @@ class ClientSecurity:
         return auth.signed_metadata(self.access_key, self.secret_key, now_ms)
 
     def channel_credentials(self) -> Any:
-        """gRPC channel credentials trusting ``ca_file`` (or the default roots).
+        """gRPC channel credentials trusting ``ca_file`` (or the default roots), presenting
+        ``cert_file``/``key_file`` when given.
 
         Raises:
-            ConfigError: ``ca_file`` cannot be read.
+            ConfigError: a file cannot be read.
         """
-        roots = None
-        if self.ca_file is not None:
-            try:
-                roots = self.ca_file.read_bytes()
-            except OSError as exc:
-                raise ConfigError(
-                    f"--ca-file {self.ca_file}: cannot read: {exc.strerror or exc}"
-                ) from exc
-        return grpc.ssl_channel_credentials(root_certificates=roots)
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca_file, "--ca-file"),
+            private_key=_read(self.key_file, "--key-file"),
+            certificate_chain=_read(self.cert_file, "--cert-file"),
+        )
+
+
+def _read(path: Path | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
 
 
 # No credentials, no TLS: an open broker on a trusted network.

@@ -29,7 +29,9 @@ _ENDPOINT = r"[A-Za-z0-9_.\-\[\]:]+:\d{1,5}"
 _ENDPOINT_RE = re.compile(rf"^{_ENDPOINT}(;{_ENDPOINT})*$")
 
 # Credentials and TLS (docs/security.md), for the source and the sink alike.
-SECURITY_OPTIONS: Final = frozenset({"accesskey", "secretkey", "tls", "cafile"})
+SECURITY_OPTIONS: Final = frozenset(
+    {"accesskey", "secretkey", "tls", "cafile", "certfile", "keyfile"}
+)
 SOURCE_OPTIONS: Final = SECURITY_OPTIONS | frozenset(
     {
         "endpoints",
@@ -111,19 +113,36 @@ def boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
 
 
 def security(options: Mapping[str, str]) -> ClientSecurity:
-    """``accessKey``/``secretKey`` (both or neither), ``tls`` (true/false) and ``caFile``
-    (PEM roots on every executor's machine; implies tls)."""
-    ca = options.get("cafile", "").strip()
+    """``accessKey``/``secretKey`` (both or neither), ``tls`` (true/false), ``caFile`` (PEM
+    roots on every executor's machine; implies tls) and ``certFile``/``keyFile`` (a client
+    certificate and its key, both or neither, for a broker requiring one; imply tls)."""
+
+    def path(key: str) -> Path | None:
+        value = options.get(key, "").strip()
+        return Path(value) if value else None
+
     try:
         return ClientSecurity(
             access_key=options.get("accesskey", "").strip(),
             secret_key=options.get("secretkey", ""),
             tls=boolean(options, "tls", False),
-            ca_file=Path(ca) if ca else None,
+            ca_file=path("cafile"),
+            cert_file=path("certfile"),
+            key_file=path("keyfile"),
         )
     except ConfigError as exc:
-        message = str(exc).replace("--access-key", "accessKey").replace("--secret-key", "secretKey")
+        message = str(exc)
+        for flag, option in _OPTION_NAMES:
+            message = message.replace(flag, option)
         raise TxmqOptionError(f"option {message}") from exc
+
+
+_OPTION_NAMES = (
+    ("--access-key", "accessKey"),
+    ("--secret-key", "secretKey"),
+    ("--cert-file", "certFile"),
+    ("--key-file", "keyFile"),
+)
 
 
 def parse_spec(raw: str, key: str, queues: int, default: int) -> list[int]:
