@@ -95,3 +95,32 @@ class PerfCount:
             if len(cells) > 2 and cells[2] in PERF_EVENTS and cells[0].isdigit():
                 counts[cells[2]] = counts.get(cells[2], 0) + int(cells[0])
         return counts
+
+
+# How bench_broker groups a server's threads (the broker names its own: txmq.thread_names).
+THREAD_KINDS = ("loop", "flusher", "grpc", "io")
+
+
+def _thread_kind(pid: int, tid: int, comm: str) -> str:
+    if tid == pid:
+        return "loop"  # the main thread runs the event loop
+    if comm.startswith("txmq-flusher"):
+        return "flusher"
+    if comm.startswith("txmq-io"):
+        return "io"
+    return "grpc"  # the poller thread (a Python thread), event engine, timer, lifeguard
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (utime + stime) of a process's live threads, summed by THREAD_KINDS."""
+    out = dict.fromkeys(THREAD_KINDS, 0.0)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            raw = (task / "stat").read_text()
+            comm = (task / "comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended between the listing and the read
+        fields = raw[raw.rindex(")") + 2 :].split()
+        kind = _thread_kind(pid, int(task.name), comm)
+        out[kind] += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out

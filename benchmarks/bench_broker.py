@@ -13,6 +13,9 @@ floor, and their ratio (goal: <= 1.3):
 The floor runs twice: driven like txmq (as fast as the clients go), and paced to the rate txmq
 reached, because at a lower rate fewer calls share each wake-up and every call costs more; the
 second ratio compares the work per message at the same load.
+Beside each figure, the server's CPU per message by thread (µs: the event loop, the
+group-commit flusher, gRPC's own threads, the executor; the broker names its threads for this,
+txmq.thread_names), for txmq, the floor and the baseline broker.
 It also prints the single producer's send+commit p50/p99 (goal p99 <= 10 ms), the transaction
 start -> consumer receipt latency, the producing and consuming processes' CPU, and two rate
 ceilings: a bare grpc.aio echo (sync client threads, and an asyncio client like the official
@@ -47,6 +50,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine, pct
+from _procstat import THREAD_KINDS, thread_cpu_s
 from peers._base import tree_cpu_seconds
 
 ROOT = Path(__file__).parents[1]
@@ -191,6 +195,7 @@ class Phase:
     server_ms: float  # CPU per message of the server's process tree
     producer_ms: float  # the producing process's CPU per message
     consumer_ms: float  # the consuming process's CPU per message
+    threads_us: dict[str, float]  # the server's CPU per message by thread kind (_procstat), µs
 
 
 def sender(endpoints: str, topic: str, transactional: bool) -> tuple[Any, Callable[[bytes], None]]:
@@ -259,6 +264,7 @@ def phase(
 
     assert reader.pid is not None
     cpu0 = (tree_cpu_seconds(server_pid), time.process_time(), tree_cpu_seconds(reader.pid))
+    by_thread0 = thread_cpu_s(server_pid)
     t0 = time.perf_counter()
     sent = run_threads(threads, seconds, produce, rate)
     rate = sent / (time.perf_counter() - t0)
@@ -266,12 +272,14 @@ def phase(
     while count.value < sent and time.monotonic() < drain_end:
         time.sleep(0.05)  # polling the consumer's count, bounded by DRAIN_S_MAX
     cpu1 = (tree_cpu_seconds(server_pid), time.process_time(), tree_cpu_seconds(reader.pid))
+    by_thread1 = thread_cpu_s(server_pid)
     stop.set()
     receipts: list[tuple[bytes, float]] = out.get(timeout=60)
     reader.join(30)
     producer.shutdown()
     latency = [(at - started_at[k]) * 1000 for k, at in receipts if k in started_at]
     per_msg = [(b - a) * 1000 / max(1, sent) for a, b in zip(cpu0, cpu1, strict=True)]
+    threads_us = {k: (by_thread1[k] - by_thread0[k]) * 1e6 / max(1, sent) for k in THREAD_KINDS}
     return Phase(
         rate,
         pct(calls, 0.5),
@@ -280,6 +288,7 @@ def phase(
         pct(latency, 0.99),
         len(latency),
         *per_msg,
+        threads_us,
     )
 
 
@@ -305,6 +314,7 @@ def report(threads: int, echo: tuple[float, float], runs: dict[str, list[Phase]]
             f"process {t.producer_ms:.2f} ms, consumer process {t.consumer_ms:.2f} ms",
             _paced_line(t, fpaced),
             *(_baseline_line(t, ft, b) for b in base),
+            _threads_line(t, ft, fpaced, base),
         ]
     if "plain" in runs:
         p, fp, fpaced, *base = runs["plain"]
@@ -315,8 +325,23 @@ def report(threads: int, echo: tuple[float, float], runs: dict[str, list[Phase]]
             f"ms, ratio {p.server_ms / max(fp.server_ms, 1e-9):.2f}",
             _paced_line(p, fpaced),
             *(_baseline_line(p, fp, b) for b in base),
+            _threads_line(p, fp, fpaced, base),
         ]
     return "\n".join(lines)
+
+
+def _threads_line(this: Phase, floor: Phase, paced: Phase, base: list[Phase]) -> str:
+    """The server's CPU per message by thread (µs): the event loop (main thread), the
+    group-commit flusher, gRPC's own threads (poller, event engine, timer) and the executor."""
+
+    def split(p: Phase) -> str:
+        return "/".join(f"{p.threads_us[k]:.0f}" for k in THREAD_KINDS)
+
+    rest = "".join(f", baseline {split(b)}" for b in base)
+    return (
+        f"    per thread, {'/'.join(THREAD_KINDS)} µs: txmq {split(this)}, floor {split(floor)}, "
+        f"floor paced {split(paced)}{rest}"
+    )
 
 
 def _paced_line(this: Phase, paced: Phase) -> str:

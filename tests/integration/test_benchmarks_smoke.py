@@ -53,6 +53,7 @@ def test_bench_broker_runs_every_baseline(tmp_path: Path) -> None:
         "send+commit p50",
         "CPU per transaction: broker",
         "CPU per plain message: broker",
+        "per thread, loop/flusher/grpc/io µs: txmq ",
     ):
         assert figure in out, out
     # Both workloads reached the consumer and got a floor, driven alike and paced, to compare.

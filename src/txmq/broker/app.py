@@ -45,6 +45,7 @@ from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, invariant
 from txmq.protocol.client_security import ClientSecurity
+from txmq.thread_names import name_os_thread
 
 log = logging.getLogger("txmq.broker")
 
@@ -106,6 +107,14 @@ class Loops:
                 _every(SNAPSHOT_PERIOD_S, self.slow_housekeeping, "snapshot+retention")
             ),
         ]
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The executor for blocking store calls; its threads carry OS names (txmq-io_N), so
+    per-thread CPU in /proc tells them apart (bench_broker)."""
+    return ThreadPoolExecutor(
+        max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io", initializer=name_os_thread
+    )
 
 
 def _bind(server: Any, config: BrokerConfig, port: int, credentials: Any | None) -> int:
@@ -267,7 +276,7 @@ async def serve(
     peers = peer_security(config, acl)
     credentials = server_credentials(config)
     open_broker_notice(config.acl_file)
-    executor = ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="txmq-io")
+    executor = _executor()
     parts = Parts(config)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 from txmq.errors import StoreFencedError, invariant
 from txmq.format.record import Entry
+from txmq.thread_names import name_os_thread
 
 Publish = Callable[[Sequence[Entry], int], None]
 log = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ class GroupCommit:
             return self.written_end, batch, group, self._take_writes()
 
     def _run(self) -> None:
+        name_os_thread()  # "txmq-flusher" in /proc, perf and bench_broker's per-thread CPU
         while True:
             work = self._take()
             if work is None:
