@@ -61,8 +61,8 @@ DAMAGED_RECORDS_REPORTED_MAX: Final = 1000
 # 4 MiB of CRC, header and queue-entry checks cost ~43 ms of CPU with 1 KiB records (~4 % of
 # a core, measured), and a 1 GiB log is covered in about four minutes.
 SCRUB_BYTES_PER_STEP: Final = 4 * MiB
-# ... and rests this long after each whole pass, so a quiet broker does not re-read its log
-# without end (bit rot is slow; reads check every record they serve anyway).
+# ... and rests this long after each whole pass (to the end it started from), so no broker re-reads
+# its log without end (bit rot is slow; reads check every record they serve anyway).
 SCRUB_PASS_PAUSE_MS: Final = 10 * 60_000
 # Fixed per-record header bytes are counted in format/record.py; this bounds one encoded record.
 RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB

@@ -167,3 +167,27 @@ def test_the_scrub_rests_between_whole_passes(tmp_path: Path, clock: Clock) -> N
     s.scrub_step()
     assert s.health.report()["scrubbed_bytes"] > done["scrubbed_bytes"], "the next pass"
     s.close()
+
+
+def test_a_pass_ends_at_the_end_it_started_from_while_writes_go_on(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A broker that keeps writing must not re-verify each new record a step after its write
+    (issue 17: that was a per-message cost, and the rest never came): appends made during a
+    pass wait for the next one."""
+    fill(tmp_path, clock)
+    s = Store.open(tmp_path, SMALL, now_ms=clock)
+    s.scrub_step()  # the whole log as it was
+    first = s.health.report()
+    assert first["scrub_passes"] == 1
+    for i in range(12, 24):
+        s.append(draft(i))
+        clock.advance(1000)
+        s.scrub_step()  # one step a second, as the broker runs it
+    assert s.health.report()["scrubbed_bytes"] == first["scrubbed_bytes"], "resting"
+    clock.advance(limits.SCRUB_PASS_PAUSE_MS)
+    s.scrub_step()  # the next pass starts at the log's start and covers the new records
+    again = s.health.report()
+    assert again["scrub_passes"] == 2
+    assert again["scrubbed_bytes"] > 2 * first["scrubbed_bytes"]
+    s.close()

@@ -145,17 +145,18 @@ class Scrubber:
     ) -> list[QueueKey]:
         """Verify the next ``budget`` bytes; returns the queues it rebuilt (and rebuilds the
         message index when a record is missing from it: ``index_rebuilt``). After a whole
-        pass it rests ``pause_ms`` before the next one starts."""
+        pass it rests ``pause_ms`` before the next one starts.
+
+        A pass is whole once a step reaches the visible end it started from, even if records
+        were appended meanwhile: they are left to the next pass. Why: on a broker that keeps
+        writing, chasing the end would re-read and re-verify every record about a second after
+        its write (which checked it already), a cost per message forever (issue 17), and the
+        rest would never come."""
         self.index_rebuilt = False
         end = self.dispatcher.end
-        if self._cursor.offset >= end or self._cursor.offset < self.log.start_offset:
-            if self._cursor.offset >= end and end > self.log.start_offset:
-                if self._rest_until < 0:
-                    self._rest_until = now_ms + pause_ms
-                    with self.health.lock:
-                        self.health.scrub_passes += 1
-                if now_ms < self._rest_until:
-                    return []
+        if self._rest_until >= 0 or self._cursor.offset < self.log.start_offset:
+            if now_ms < self._rest_until:
+                return []
             self._rest_until = -1
             self._cursor = Cursor(self.log.start_offset)
         before = self._cursor.scanned
@@ -168,6 +169,9 @@ class Scrubber:
         with self.health.lock:
             self.health.scrub_offset = self._cursor.offset
             self.health.scrubbed_bytes += self._cursor.scanned - before
+            if self._cursor.offset >= end and end > self.log.start_offset:
+                self._rest_until = now_ms + pause_ms  # the pass is whole: rest, then restart
+                self.health.scrub_passes += 1
         for key in sorted(wrong):
             rebuild_queue(self.log, self.dispatcher, self.health, key)
         if unindexed:
