@@ -1,9 +1,8 @@
 """Mutual TLS between cluster members and replicas (issues 18/19 with issue 15): brokers started
 with ``--tls-client-ca`` (and an ACL file) present their own certificate to each other, so a
 secured cluster or replica group can require client certificates. Real processes, a real etcd;
-on the cluster, the official Python client presenting a client certificate
-(txmq.client.official_tls); on the replica group (``txmq cluster up --replicas 2``), raw calls
-with one (the official client and replica groups over TLS: docs/security.md, "Known limit").
+on the cluster and on the replica group (``txmq cluster up --replicas 2``), the official Python
+client presenting a client certificate (txmq.client.official_tls), and raw calls with one.
 
 Before, such a member or replica was refused at start ("mutual TLS between peer brokers is not
 supported"): both tests fail before any call."""
@@ -218,15 +217,13 @@ def test_cluster_up_gives_its_replicas_the_mutual_tls_flags(
     tmp_path: Path,
     pki: Bundle,
     etcd_endpoint: str,  # noqa: F811
+    official_with_certificate: None,
 ) -> None:
     """``txmq cluster up --replicas 2 --etcd E -- <security flags>``: every flag after ``--``
     reaches both replicas, --tls-client-ca included; they replicate (SYNC) and forward over
-    mutual TLS, and refuse a client without a certificate.
-
-    Raw calls with a client certificate, not the official client: a replica group is routed
-    with every replica's address (ADR 0006), and the official Python client's TLS channel to
-    such a route fails gRPC's hostname check (its target is ``ipv4:H:P1,H:P2``), with or
-    without client certificates (docs/security.md, "Known limit")."""
+    mutual TLS, refuse a client without a certificate, and serve the official Python client
+    given the follower's endpoint (the route names the leader alone: over TLS a multi-address
+    route fails the official client's hostname check, docs/security.md)."""
     port = _two_free_ports(2)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--replicas", "2",
@@ -239,6 +236,7 @@ def test_cluster_up_gives_its_replicas_the_mutual_tls_flags(
         leader, follower = _roles([f"127.0.0.1:{port + k}" for k in range(2)], pki)
         call(leader, "TopicCreate", {"name": TOPIC}, security=who(pki))  # no auto-create here
         _forwards_and_replicates(leader, follower, pki)
+        _official_client_on_the_group(leader, follower)
         _refuses_a_client_without_certificate(follower, pki)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -280,3 +278,31 @@ def _forwards_and_replicates(leader: str, follower: str, pki: Bundle) -> None:
     rows = json.loads(r.stdout)["replicas"]
     assert sorted(row["up"] for row in rows) == [True, True], rows
     assert sorted(row["role"] for row in rows) == ["follower", "leader"], rows
+
+
+def _official_client_on_the_group(leader: str, follower: str) -> None:
+    """Given the follower only, the official client gets a route naming the leader alone and
+    sends and receives over TLS with its certificate (before: every replica's address, one
+    target ``ipv4:H:P1,H:P2`` whose hostname check failed: no send got through)."""
+    p = Producer(
+        ClientConfiguration(follower, Credentials("orders-app", SECRETS["orders-app"])),
+        (TOPIC,),
+        tls_enable=True,
+    )
+    p.startup()
+    try:
+        for i in range(5):
+            assert p.send(message(TOPIC, f"g-{i}".encode())).message_id
+    finally:
+        p.shutdown()
+    reader = ClientConfiguration(follower, Credentials("inventory-app", SECRETS["inventory-app"]))
+    c = SimpleConsumer(
+        reader, "inventory", {TOPIC: FilterExpression("*")}, await_duration=2, tls_enable=True
+    )
+    c.startup()
+    try:
+        got = drain(c, 8, 60)
+    finally:
+        c.shutdown()
+    bodies = sorted(m.body.decode() for m in got)
+    assert bodies == sorted(["x", "x", "x", *(f"g-{i}" for i in range(5))]), (bodies, leader)

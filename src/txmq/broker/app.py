@@ -171,7 +171,9 @@ def membership_for(
 ) -> Membership:
     if found is None:
         return Membership.solo(advertised_host(config), port, now_ms=now_ms)
-    return Membership(found[0], found[1], now_ms=now_ms, security=peers)
+    membership = Membership(found[0], found[1], now_ms=now_ms, security=peers)
+    membership.one_address = config.tls_cert is not None
+    return membership
 
 
 def advertised_host(config: BrokerConfig) -> str:

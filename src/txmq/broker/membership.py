@@ -131,6 +131,10 @@ class Membership:
         # This broker's own replica group as etcd lists it (Leadership.endpoints), when its
         # replicas are not all in a cluster file (``--replica-group`` alone); None otherwise.
         self.registered: Callable[[], list[str]] | None = None
+        # Routes name one address per replica group (its leader) instead of every replica: set
+        # when this broker serves TLS, where the official Python client dials a multi-address
+        # route as one target whose hostname check fails (docs/security.md).
+        self.one_address = False
         self._channels_lock = threading.Lock()
 
     @classmethod
@@ -157,15 +161,20 @@ class Membership:
         sorted, as the official Python client dials them: any replica serves the data plane (a
         follower forwards to its leader, forward.py; ADR 0006), so a client reaches the group
         through whichever answers and needs no new route after a failover; a group without a
-        leader for the moment stays in (its followers wait for the next one). A peer group is
+        leader for the moment stays in (its followers wait for the next one). With
+        ``one_address`` (TLS) a replica group names its leader only (its first replica while it
+        has none): a client then follows a failover at its next route refresh. A peer group is
         out once it missed CLUSTER_PROBE_MISSES_MAX probes at its current leader."""
         endpoint = self.serving(group)
         peer = next((p for p in self._peers if p.group == group), None)
         down = peer is not None and peer.misses >= limits.CLUSTER_PROBE_MISSES_MAX
         if down and peer is not None and peer.endpoint == endpoint:
             return None
+        endpoints = self.replica_endpoints(group)
+        if self.one_address:
+            endpoints = [endpoint or endpoints[0]]
         pairs = []
-        for e in self.replica_endpoints(group):
+        for e in endpoints:
             host, _, port = e.rpartition(":")
             pairs.append((host, int(port)))
         return Advertised(group.name, tuple(pairs))

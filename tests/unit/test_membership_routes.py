@@ -1,0 +1,44 @@
+"""Which endpoints a replica group advertises in routes (Membership.advertised, ADR 0006): every
+replica without TLS, so the official client follows a failover without a new route; the leader
+alone over TLS (``one_address``), because the official Python client dials a multi-address
+route as one target whose TLS hostname check fails (docs/security.md)."""
+
+from __future__ import annotations
+
+from txmq.broker.cluster_file import ClusterFile, Group, Member
+from txmq.broker.election import Leader
+from txmq.broker.membership import Membership
+
+R0, R1 = Member("r0", "127.0.0.1", 7001), Member("r1", "127.0.0.1", 7002)
+GROUP = Group("g0", (R0, R1))
+CLUSTER = ClusterFile.of_groups("c", (GROUP,), etcd="127.0.0.1:2379")
+
+
+def membership(leader: Member | None) -> Membership:
+    def leader_of(group: str) -> Leader | None:  # etcd's answer, as GroupLeaders gives it
+        assert group == "g0"
+        return None if leader is None else Leader(leader.name, leader.endpoint, 7)
+
+    return Membership(CLUSTER, R0, now_ms=lambda: 0, leader_of=leader_of)
+
+
+def test_without_tls_a_group_advertises_every_replica() -> None:
+    found = membership(R1).advertised(GROUP)
+    assert found is not None
+    assert found.endpoints == (("127.0.0.1", 7001), ("127.0.0.1", 7002))
+
+
+def test_over_tls_a_group_advertises_its_leader_alone() -> None:
+    m = membership(R1)
+    m.one_address = True
+    found = m.advertised(GROUP)
+    assert found is not None
+    assert found.name == "g0" and found.endpoints == (("127.0.0.1", 7002),)
+
+
+def test_over_tls_a_group_without_a_leader_advertises_its_first_replica() -> None:
+    m = membership(None)
+    m.one_address = True
+    found = m.advertised(GROUP)
+    assert found is not None
+    assert found.endpoints == (("127.0.0.1", 7001),)
