@@ -9,7 +9,7 @@ on a shared machine even when absolute figures do not. etcd (Debian's etcd-serve
 for the run in a temporary directory.
 
 Run: ``.venv/bin/python benchmarks/bench_replication.py [--seconds S] [--threads N] [--rounds R]
-[--txn]``.
+[--txn] [--baseline-src DIR]``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
+from _procstat import counters, machine_busy_s
 from bench_broker import run_threads, sender
 
 from txmq.broker.etcd_server import start_local_etcd
@@ -38,10 +39,12 @@ START_TIMEOUT_S = 60.0
 LEAD_TIMEOUT_S = 30.0
 
 
-def _broker(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+def _broker(
+    data_dir: Path, *extra: str, src: Path = ROOT / "src"
+) -> tuple[subprocess.Popen[str], str]:
     cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0",
            "--auto-create-topics", *extra]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ, PYTHONPATH=str(src))
     log = data_dir.with_suffix(".log").open("a")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     assert proc.stdout is not None
@@ -61,6 +64,11 @@ def _role(endpoint: str) -> str:
     return str(json.loads(reply[4 : 4 + n]).get("role", ""))
 
 
+def _cpu(pids: list[int]) -> list[float]:
+    """CPU seconds so far of each process (every thread, /proc), then of the machine."""
+    return [counters(p).cpu_s for p in pids] + [machine_busy_s()]
+
+
 def _leader_of(endpoints: list[str]) -> str:
     deadline = time.monotonic() + LEAD_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -71,8 +79,11 @@ def _leader_of(endpoints: list[str]) -> str:
     raise SystemExit("no leader with a follower within the bound")
 
 
-def _load(endpoint: str, args: argparse.Namespace, tag: str) -> tuple[float, float, float]:
-    """(ops/s, p50 ms, p99 ms) of ``args.threads`` producers for ``args.seconds``."""
+def _load(
+    endpoint: str, args: argparse.Namespace, tag: str, pids: list[int]
+) -> tuple[float, float, float, list[float]]:
+    """(ops/s, p50 ms, p99 ms, CPU us per op of this client, of each of ``pids`` and busy
+    cores of the machine) of ``args.threads`` producers for ``args.seconds``."""
     topic = f"bench-{tag}"
     senders = [sender(endpoint, topic, args.txn) for _ in range(args.threads)]
     lat: list[list[float]] = [[] for _ in senders]
@@ -83,16 +94,21 @@ def _load(endpoint: str, args: argparse.Namespace, tag: str) -> tuple[float, flo
         senders[k][1](f"{k}-{n}".encode())
         lat[k].append(time.perf_counter() - t)
 
+    watched = [os.getpid(), *pids]
     try:
+        before = _cpu(watched)
         start = time.perf_counter()
         done = run_threads(args.threads, args.seconds, op)
         elapsed = time.perf_counter() - start
+        after = _cpu(watched)
     finally:
         for producer, _ in senders:
             producer.shutdown()
     all_ms = sorted(x * 1000 for xs in lat for x in xs)
     p99 = all_ms[min(len(all_ms) - 1, int(len(all_ms) * 0.99))]
-    return done / elapsed, statistics.median(all_ms), p99
+    used = [a - b for a, b in zip(after, before, strict=True)]
+    cpu = [u * 1e6 / max(1, done) for u in used[:-1]] + [used[-1] / elapsed]
+    return done / elapsed, statistics.median(all_ms), p99, cpu
 
 
 def _phase(kind: str, tmp: Path, etcd: str, args: argparse.Namespace, rnd: int) -> tuple:  # type: ignore[type-arg]
@@ -103,15 +119,19 @@ def _phase(kind: str, tmp: Path, etcd: str, args: argparse.Namespace, rnd: int) 
             procs.append(proc)
         else:
             eps = []
+            src = Path(args.baseline_src) / "src" if kind == "base2" else ROOT / "src"
             for i in range(2):
                 proc, ep = _broker(
-                    tmp / f"r{i}-{rnd}", "--etcd", etcd, "--replica-group", f"g{rnd}",
-                    "--broker-name", f"r{i}", "--min-insync-replicas", "2",
+                    tmp / f"{kind}-r{i}-{rnd}", "--etcd", etcd, "--replica-group",
+                    f"{kind}-g{rnd}", "--broker-name", f"r{i}", "--min-insync-replicas", "2",
+                    src=src,
                 )  # fmt: skip
                 procs.append(proc)
                 eps.append(ep)
             endpoint = _leader_of(eps)
-        return _load(endpoint, args, f"{kind}-{rnd}")
+            if eps[0] != endpoint:  # the leader first, then the follower
+                procs.reverse()
+        return _load(endpoint, args, f"{kind}-{rnd}", [p.pid for p in procs])
     finally:
         for p in procs:
             p.terminate()
@@ -125,20 +145,31 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--txn", action="store_true", help="transactions instead of plain sends")
+    ap.add_argument(
+        "--baseline-src",
+        help="also run SYNC 2 with the brokers of this source tree (its src/) each round: an A/B"
+        " of a change in the same run (phase base2)",
+    )
     args = ap.parse_args()
     print(machine())
     what = "transactions" if args.txn else "sends"
     with tempfile.TemporaryDirectory(dir=os.environ.get("TXMQ_BENCH_DIR")) as d:
         tmp = Path(d)
         etcd_proc, etcd = start_local_etcd(tmp / "etcd")
-        results: dict[str, list[tuple[float, float, float]]] = {"single": [], "sync2": []}
+        kinds = ("single", "sync2", "base2") if args.baseline_src else ("single", "sync2")
+        results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
         try:
             for rnd in range(args.rounds):
-                for kind in ("single", "sync2"):
-                    rate, p50, p99 = _phase(kind, tmp, etcd, args, rnd)
+                # base2 before sync2 in odd rounds: neither always runs on a warmer machine
+                for kind in kinds if rnd % 2 == 0 else (kinds[0], *reversed(kinds[1:])):
+                    rate, p50, p99, cpu = _phase(kind, tmp, etcd, args, rnd)
                     results[kind].append((rate, p50, p99))
+                    names = ["client", "broker"] if kind == "single" else [
+                        "client", "leader", "follower"]  # fmt: skip
+                    used = ", ".join(f"{n} {c:.0f}" for n, c in zip(names, cpu, strict=False))
                     print(f"round {rnd} {kind:<6} {rate:8.1f} {what}/s  p50 {p50:6.2f} ms"
-                          f"  p99 {p99:6.2f} ms", flush=True)  # fmt: skip
+                          f"  p99 {p99:6.2f} ms  CPU us/op: {used}; machine busy"
+                          f" {cpu[-1]:.2f} cores", flush=True)  # fmt: skip
         finally:
             etcd_proc.terminate()
             etcd_proc.wait(timeout=30)
@@ -147,6 +178,13 @@ def main() -> None:
           f" (rounds {', '.join(f'{r:.2f}' for r in ratios)}; goal >= 0.60)")  # fmt: skip
     p99s = [s[2] / b[2] for s, b in zip(results["sync2"], results["single"], strict=True)]
     print(f"SYNC 2 replicas / single broker p99: median {statistics.median(p99s):.2f}")
+    if args.baseline_src:
+        base = [b[0] / s[0] for b, s in zip(results["base2"], results["single"], strict=True)]
+        ab = [s[0] / b[0] for s, b in zip(results["sync2"], results["base2"], strict=True)]
+        print(f"baseline SYNC 2 / single broker throughput: median {statistics.median(base):.2f}"
+              f" (rounds {', '.join(f'{r:.2f}' for r in base)})")  # fmt: skip
+        print(f"SYNC 2 / baseline SYNC 2 throughput: median {statistics.median(ab):.2f}"
+              f" (rounds {', '.join(f'{r:.2f}' for r in ab)})")  # fmt: skip
 
 
 if __name__ == "__main__":
