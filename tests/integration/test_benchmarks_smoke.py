@@ -130,9 +130,21 @@ def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
     from tests.integration.etcd_fixtures import ensure_etcd
 
     ensure_etcd()
-    args = ("--seconds", "0.3", "--threads", "1", "--rounds", "1")
+    # --baseline-src: this tree again, as the same-run A/B phase
+    args = (
+        "--seconds",
+        "0.3",
+        "--threads",
+        "1",
+        "--rounds",
+        "1",
+        "--baseline-src",
+        str(BENCH.parent),
+    )
     out = run_bench("bench_replication.py", *args, tmp=tmp_path)
     assert "SYNC 2 replicas / single broker throughput" in out, out
+    assert "SYNC 2 / baseline SYNC 2 throughput" in out, out
+    assert "CPU us/op: client" in out and "leader" in out and "follower" in out, out
 
 
 def test_bench_groups_reports_start_and_failover(tmp_path: Path) -> None:
