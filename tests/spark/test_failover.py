@@ -27,6 +27,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from tests.integration.conftest import BrokerProcess, wait_until
 from tests.integration.etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
+from tests.integration.test_replica_groups import Groups
 from tests.integration.test_replication import (
     FAILOVER_S,
     follower_has_topic,
@@ -35,11 +36,14 @@ from tests.integration.test_replication import (
     route,
     status,
 )
+from tests.spark.test_cluster_source import groups  # noqa: F401  (fixture: 2 groups x 2)
 from txmq import limits
+from txmq.client.admin import call
 from txmq.errors import TopicNotFoundError
 from txmq.spark.client import BrokerClient, build_message, group_address, replicas_of
 from txmq.spark.sink import SentHalves, TxmqBatchWriter
 from txmq.spark.source import Source, read_partition
+from txmq.txn.ledger import ledger_home, ledger_key
 
 TOPIC = "failover"
 # Three pulls of one queue (PULL_COUNT_MAX records each): the third is asked after the kill
@@ -214,3 +218,64 @@ def test_a_streaming_query_carries_on_through_a_failover(
     finally:
         query.stop()
     assert sorted(_bodies(address, "stream-out")) == sorted(before + after)
+
+
+def test_two_groups_sink_and_reader_reach_each_groups_next_leader(groups: Groups) -> None:  # noqa: F811
+    """Two groups of two replicas in a cluster file: the sink's task spreads bundles over both
+    groups while the leader of the batch's ledger home is killed -9, and the driver commits
+    through that group's new leader; then a read is planned (each partition at its group's
+    leader) and the other group's leader is killed before the tasks run: they read from its
+    new leader. Every row once."""
+    leaders = groups.leaders()
+    call(groups.endpoints, "TopicCreate", {"name": TOPIC, "queues": 1, "type": "transaction"})
+    # Not a route query before both leaders have the topic: a leader creates a topic it does
+    # not know on a route query, with the default queue count.
+    wait_until(lambda: [_count_queues(b) for b in leaders.values()] == [1, 1], 15, "created")
+    every = groups.replicas.values()
+    wait_until(lambda: all(follower_has_topic(b, TOPIC) for b in every), 10, "topic copied")
+    for leader in leaders.values():
+        wait_until(lambda leader=leader: _in_sync(leader), 20, "both replicas in sync")
+    home = ledger_home(ledger_key("groups", "0"), sorted(leaders))
+    away = next(name for name in leaders if name != home)
+    schema = StructType([StructField("body", BinaryType())])
+    opts = {"endpoints": groups.endpoints, "topic": TOPIC, "sinkId": "groups", "batchId": "0"}
+    writer = TxmqBatchWriter(opts, schema)
+    restarted: list[threading.Thread] = []
+
+    def rows_then_kill() -> Iterator[pa.RecordBatch]:
+        for i, rb in enumerate(_rows()):
+            if i == 3:  # bundles have left for both groups
+                restarted.append(_fail_over(leaders[home], _other(groups, leaders[home])))
+            yield rb
+
+    sent = writer.write(rows_then_kill())
+    assert {len(replicas_of(h.endpoint)) for h in sent.halves} == {2}
+    writer.commit([sent])
+    restarted[0].join(FAILOVER_S + 60)
+
+    source = Source.open({"endpoints": groups.endpoints, "topic": TOPIC}, None)
+    ranges = source.ranges()
+    parts = source.partitions(
+        {q: lo for q, (lo, _) in enumerate(ranges)}, {q: hi for q, (_, hi) in enumerate(ranges)}
+    )
+    assert {replicas_of(p.endpoints)[0] for p in parts} >= {leaders[away].endpoints}
+    _fail_over(leaders[away], _other(groups, leaders[away])).join(FAILOVER_S + 60)
+    bodies = [
+        bytes(b) for p in parts for rb in read_partition(p) for b in rb.column("body").to_pylist()
+    ]
+    assert sorted(bodies) == sorted(f"row-{i:06d}".encode() for i in range(ROWS))
+
+
+def _count_queues(replica: BrokerProcess) -> int:
+    with BrokerClient(replica.endpoints) as b:
+        try:
+            return len(b.queue_ranges(TOPIC))
+        except TopicNotFoundError:
+            return 0
+
+
+def _other(cluster: Groups, replica: BrokerProcess) -> BrokerProcess:
+    """The other replica of ``replica``'s group."""
+    [group] = [g for g in cluster.layout.groups if replica.port in {m.port for m in g.replicas}]
+    [other] = [cluster.replicas[m.name] for m in group.replicas if m.port != replica.port]
+    return other
