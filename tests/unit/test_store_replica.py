@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import CorruptRecordError
 from txmq.model import RecordDraft, TxnFlag
+from txmq.store import replica
 from txmq.store.config import StoreConfig
 from txmq.store.replica import (
     DivergedError,
@@ -198,4 +199,47 @@ def test_a_hold_publishes_a_batch_the_followers_had_before_it_was_durable_here(
     third = leader.append(RecordDraft("a", 0, b"z" * 20_000, message_id="m3"))
     assert hold.held == 1 and hold.releasable(durable_end(leader), most=5) == 1
     assert hold.releasable(third.physical_offset, most=5) == 0
+    leader.close()
+
+
+def test_a_one_read_shipment_is_what_the_scan_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ship``'s one-read path (a round's few records) against its scan path, for every range
+    of up to five batches: the same shipment where it applies; it declines ranges that leave a
+    segment (the scan ships those)."""
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    rng = random.Random(5)
+    ends = [0]
+    for _ in range(40):
+        _fill(leader, rng, 1)
+        ends.append(leader.log_end_offset)
+    assert len(leader.log.segments) >= 2
+    quick = {}
+    for i, start in enumerate(ends[:-1]):
+        for end in ends[i + 1 : i + 6]:
+            quick[start, end] = replica._ship_in_one_read(leader, start, end, 1 << 20)
+    monkeypatch.setattr(replica, "_ship_in_one_read", lambda *args: None)
+    taken = 0
+    for (start, end), got in quick.items():
+        if got is not None:
+            taken += 1
+            assert got == ship(leader, start, 1 << 20, end=end)
+    assert 0 < taken < len(quick), "both paths are exercised"
+    leader.close()
+
+
+def test_a_damaged_record_on_the_leader_is_not_shipped(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    leader.append_many([RecordDraft("a", 0, b"x" * 500, message_id=f"m{i}") for i in range(3)])
+    (segment,) = sorted((tmp_path / "leader").rglob("commitlog/*"))
+    with segment.open("r+b") as f:  # one byte of the second record's body, in place
+        f.seek(leader.scan(0, 10)[1].physical_offset + leader.scan(0, 10)[1].size - 300)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CorruptRecordError):
+        ship(leader, 0)
     leader.close()
