@@ -4,8 +4,11 @@ decode, every single-byte corruption is detected, input validation refuses bad d
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import replace
+from types import MappingProxyType
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,3 +210,40 @@ def test_split_verified_refuses_sizes_that_do_not_add_up() -> None:
     grown = (len(data) + 1).to_bytes(4, "big") + data[4:] + b"\0"
     with pytest.raises(CorruptRecordError):
         list(codec.split_verified(grown))  # its size covers a byte no field accounts for
+
+
+def test_a_whole_record_is_the_documented_layout_byte_for_byte() -> None:
+    """Every byte of one record, assembled here from docs/formats.md's layout with plain
+    struct calls, so a faster encoder (issue 17) cannot drift from the format."""
+    props = MappingProxyType({"k": "v\u00e9", "TRAN_MSG": "true"})  # not a dict: copied
+    d = RecordDraft(
+        topic="orders",
+        queue_id=3,
+        body=b"\x00body\xff",
+        flag=TxnFlag.COMMIT,
+        message_id="m-1",
+        tag="tagA",
+        keys=("k1", "k\u00e92"),
+        properties=props,
+        born_timestamp_ms=1_700_000_000_123,
+        born_host="h" * (limits.BORN_HOST_LENGTH_MAX + 5),  # cut to its limit
+        reconsume_times=2,
+        prepared_offset=512,
+    )
+    got = codec.place(codec.encode(d, queue_offset=42, store_timestamp_ms=456), 4096, batch_left=1)
+    fixed = struct.pack(
+        ">BHHqqqqIq", int(TxnFlag.COMMIT), 1, 3, 42, 4096, d.born_timestamp_ms, 456, 2, 512
+    )
+    strings = (
+        b"orders",
+        b"h" * limits.BORN_HOST_LENGTH_MAX,
+        b"m-1",
+        b"tagA",
+        "k1\0k\u00e92".encode(),
+    )
+    tail = b"".join(struct.pack(">H", len(s)) + s for s in strings)
+    js = b'{"k":"v\\u00e9","TRAN_MSG":"true"}'
+    tail += struct.pack(">I", len(js)) + js + struct.pack(">I", 6) + b"\x00body\xff"
+    after_crc = fixed + tail
+    head = struct.pack(">III", 12 + len(after_crc), codec.RECORD_MAGIC, crc32c.crc32c(after_crc))
+    assert got == head + after_crc
