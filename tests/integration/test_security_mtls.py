@@ -157,35 +157,43 @@ def _official_client_across_members(brokers: list[BrokerProcess], pki: Bundle) -
     """Given b0 only, the official client learns b1's queues from b0's route (b0 probes b1
     over mutual TLS: a member that does not answer is left out of routes) and sends to, and
     receives from, both members with its client certificate; so does the CLI."""
-    config = ClientConfiguration(
-        brokers[0].endpoints, Credentials("orders-app", SECRETS["orders-app"])
-    )
-    p = Producer(config, (TOPIC,), tls_enable=True)
-    p.startup()
-    try:
-        for i in range(16):
-            assert p.send(message(TOPIC, f"m-{i}".encode())).message_id
-    finally:
-        p.shutdown()
+    _send_over_tls(brokers[0].endpoints, [f"m-{i}" for i in range(16)])
     for b in brokers:  # the route's queues on both members got messages
         topics = call(b.endpoints, "TopicList", {}, security=who(pki))["topics"]
         assert [t["messages"] for t in topics if t["name"] == TOPIC] != [0], (b.port, topics)
     sent = txmq("send", TOPIC, "from-cli", "--endpoints", brokers[1].endpoints,
                 *cli_security(pki, "orders-app"))  # fmt: skip
     assert sent.returncode == 0, sent.stderr
-    reader = ClientConfiguration(
-        brokers[1].endpoints, Credentials("inventory-app", SECRETS["inventory-app"])
-    )
+    bodies = _receive_over_tls(brokers[1].endpoints, 17)
+    assert bodies == sorted([*(f"m-{i}" for i in range(16)), "from-cli"]), bodies
+
+
+def _send_over_tls(endpoint: str, bodies: list[str]) -> None:
+    """The official client, given ``endpoint`` only, sends ``bodies`` to TOPIC over TLS as
+    orders-app (presenting the test client certificate: official_with_certificate)."""
+    config = ClientConfiguration(endpoint, Credentials("orders-app", SECRETS["orders-app"]))
+    p = Producer(config, (TOPIC,), tls_enable=True)
+    p.startup()
+    try:
+        for body in bodies:
+            assert p.send(message(TOPIC, body.encode())).message_id
+    finally:
+        p.shutdown()
+
+
+def _receive_over_tls(endpoint: str, want: int) -> list[str]:
+    """Up to ``want`` bodies of TOPIC (sorted), received and acked over TLS by the official
+    client as inventory-app, given ``endpoint`` only."""
+    reader = ClientConfiguration(endpoint, Credentials("inventory-app", SECRETS["inventory-app"]))
     c = SimpleConsumer(
         reader, "inventory", {TOPIC: FilterExpression("*")}, await_duration=2, tls_enable=True
     )
     c.startup()
     try:
-        got = drain(c, 17, 60)
+        got = drain(c, want, 60)
     finally:
         c.shutdown()
-    bodies = sorted(m.body.decode() for m in got)
-    assert bodies == sorted([*(f"m-{i}" for i in range(16)), "from-cli"]), bodies
+    return sorted(m.body.decode() for m in got)
 
 
 def _refuses_a_member_with_a_foreign_peer_certificate(
@@ -284,25 +292,6 @@ def _official_client_on_the_group(leader: str, follower: str) -> None:
     """Given the follower only, the official client gets a route naming the leader alone and
     sends and receives over TLS with its certificate (before: every replica's address, one
     target ``ipv4:H:P1,H:P2`` whose hostname check failed: no send got through)."""
-    p = Producer(
-        ClientConfiguration(follower, Credentials("orders-app", SECRETS["orders-app"])),
-        (TOPIC,),
-        tls_enable=True,
-    )
-    p.startup()
-    try:
-        for i in range(5):
-            assert p.send(message(TOPIC, f"g-{i}".encode())).message_id
-    finally:
-        p.shutdown()
-    reader = ClientConfiguration(follower, Credentials("inventory-app", SECRETS["inventory-app"]))
-    c = SimpleConsumer(
-        reader, "inventory", {TOPIC: FilterExpression("*")}, await_duration=2, tls_enable=True
-    )
-    c.startup()
-    try:
-        got = drain(c, 8, 60)
-    finally:
-        c.shutdown()
-    bodies = sorted(m.body.decode() for m in got)
+    _send_over_tls(follower, [f"g-{i}" for i in range(5)])
+    bodies = _receive_over_tls(follower, 8)
     assert bodies == sorted(["x", "x", "x", *(f"g-{i}" for i in range(5))]), (bodies, leader)
