@@ -8,18 +8,20 @@ from __future__ import annotations
 from txmq.broker.cluster_file import ClusterFile, Group, Member
 from txmq.broker.election import Leader
 from txmq.broker.membership import Membership
+from txmq.protocol.client_security import ClientSecurity
 
 R0, R1 = Member("r0", "127.0.0.1", 7001), Member("r1", "127.0.0.1", 7002)
 GROUP = Group("g0", (R0, R1))
 CLUSTER = ClusterFile.of_groups("c", (GROUP,), etcd="127.0.0.1:2379")
 
 
-def membership(leader: Member | None) -> Membership:
+def membership(leader: Member | None, *, tls: bool = False) -> Membership:
     def leader_of(group: str) -> Leader | None:  # etcd's answer, as GroupLeaders gives it
         assert group == "g0"
         return None if leader is None else Leader(leader.name, leader.endpoint, 7)
 
-    return Membership(CLUSTER, R0, now_ms=lambda: 0, leader_of=leader_of)
+    security = ClientSecurity(tls=tls)  # the member's peer security: TLS when it serves TLS
+    return Membership(CLUSTER, R0, now_ms=lambda: 0, leader_of=leader_of, security=security)
 
 
 def test_without_tls_a_group_advertises_every_replica() -> None:
@@ -29,16 +31,12 @@ def test_without_tls_a_group_advertises_every_replica() -> None:
 
 
 def test_over_tls_a_group_advertises_its_leader_alone() -> None:
-    m = membership(R1)
-    m.one_address = True
-    found = m.advertised(GROUP)
+    found = membership(R1, tls=True).advertised(GROUP)
     assert found is not None
     assert found.name == "g0" and found.endpoints == (("127.0.0.1", 7002),)
 
 
 def test_over_tls_a_group_without_a_leader_advertises_its_first_replica() -> None:
-    m = membership(None)
-    m.one_address = True
-    found = m.advertised(GROUP)
+    found = membership(None, tls=True).advertised(GROUP)
     assert found is not None
     assert found.endpoints == (("127.0.0.1", 7001),)

@@ -171,9 +171,7 @@ def membership_for(
 ) -> Membership:
     if found is None:
         return Membership.solo(advertised_host(config), port, now_ms=now_ms)
-    membership = Membership(found[0], found[1], now_ms=now_ms, security=peers)
-    membership.one_address = config.tls_cert is not None
-    return membership
+    return Membership(found[0], found[1], now_ms=now_ms, security=peers)
 
 
 def advertised_host(config: BrokerConfig) -> str:

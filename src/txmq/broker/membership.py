@@ -131,16 +131,20 @@ class Membership:
         # This broker's own replica group as etcd lists it (Leadership.endpoints), when its
         # replicas are not all in a cluster file (``--replica-group`` alone); None otherwise.
         self.registered: Callable[[], list[str]] | None = None
-        # Routes name one address per replica group (its leader) instead of every replica: set
-        # when this broker serves TLS, where the official Python client dials a multi-address
-        # route as one target whose hostname check fails (docs/security.md).
-        self.one_address = False
         self._channels_lock = threading.Lock()
 
     @classmethod
     def solo(cls, host: str, port: int, *, now_ms: Callable[[], int]) -> Membership:
         me = Member(SOLO_NAME, host, port)
         return cls(ClusterFile(SOLO_NAME, (me,)), me, now_ms=now_ms)
+
+    @property
+    def one_address(self) -> bool:
+        """Routes name one address per replica group (its leader) instead of every replica when
+        this broker serves TLS, where the official Python client dials a multi-address route
+        as one target whose hostname check fails (docs/security.md). A member's peers serve
+        TLS exactly when it does (auth.peer_security), so its peer security tells."""
+        return self.security.tls
 
     @property
     def peers(self) -> list[Group]:

@@ -111,7 +111,6 @@ async def serve_replica(
     membership = Membership(cluster, me, now_ms=wall_ms, leader_of=leaders.leader_of)
     # Replicas the cluster file does not list (``--replica-group`` alone) are learnt from etcd.
     membership.registered = leadership.endpoints
-    membership.one_address = config.tls_cert is not None
     announced: list[int] = []
 
     def once(port: int) -> None:
