@@ -21,8 +21,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 from rocketmq import TransactionResolution as R
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import Checker, consumer, drain, message, producer
 from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
@@ -181,17 +185,12 @@ def test_topic_definitions_reach_a_member_that_was_down(cluster: Cluster) -> Non
 
 
 def _status(endpoints: str) -> subprocess.CompletedProcess[str]:
+    return _cli("cluster", "status", "--json", "--endpoints", endpoints)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "txmq.cli",
-        "cluster",
-        "status",
-        "--json",
-        "--endpoints",
-        endpoints,
-    ]
+    cmd = [sys.executable, "-m", "txmq.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
@@ -253,3 +252,43 @@ def _decide(step: Callable[[], object]) -> int:
     except Exception:  # counted, and resolved by check-back: that is what the test checks
         return 1
     return 0
+
+
+def _route(b: BrokerProcess, topic: str) -> list[tuple[str, int]]:
+    """QueryRoute as a client sends it: (broker, queue) of every queue in the route."""
+    with grpc.insecure_channel(b.endpoints) as channel:
+        reply = sg.MessagingServiceStub(channel).QueryRoute(
+            sv.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=15
+        )
+    assert reply.status.code == pb.OK, reply.status.message
+    return [(q.broker.name, q.id) for q in reply.message_queues]
+
+
+def test_an_operators_create_replaces_a_topic_a_client_auto_created(tmp_path: Path) -> None:
+    """Auto-creation is on (FAST): a client's route query reaches b1 before the operator's
+    create on b0 does. The explicit definition replaces the auto-created one on every member
+    (ADR 0004); before, b1 kept its 4 queues of any type for good and refused the create."""
+    c = Cluster(tmp_path, 2)
+    c.start()
+    try:
+        b0, b1 = c.brokers
+        assert len(_route(b1, "orders")) == 8, "auto-created: 4 queues on each of 2 brokers"
+        created = call(
+            b0.endpoints, "TopicCreate", {"name": "orders", "queues": 2, "type": "transaction"}
+        )
+        # b0 may have imported b1's auto-created topic at a probe first: replaced there too.
+        assert created["members"]["b0"] in ("created", "replaced")
+        assert created["members"]["b1"] == "replaced", created
+        want = {"name": "orders", "queues": 2, "type": "transaction", "all": False}
+        for b in c.brokers:
+            got = call(b.endpoints, "TopicDefinitions", {})["topics"]
+            assert [t for t in got if t["name"] == "orders"] == [want]
+        assert sorted(_route(b1, "orders")) == [("b0", 0), ("b0", 1), ("b1", 0), ("b1", 1)]
+        with pytest.raises(TxmqError, match="already exists"):
+            call(b1.endpoints, "TopicCreate", {"name": "orders", "queues": 3})
+        _route(b0, "paid")  # the same on the member the operator asks, through the CLI
+        cli = _cli("topic", "create", "paid", "--queues", "1", "--endpoints", b0.endpoints)
+        assert cli.returncode == 0, cli.stderr
+        assert "created topic paid (normal, 1 queues, replacing the auto-created one)" in cli.stdout
+    finally:
+        c.stop()

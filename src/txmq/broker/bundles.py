@@ -55,7 +55,7 @@ def prepare_bundle(parts: Parts, body: bytes, queue: int, client_id: str) -> dic
     """Check and store one bundle as a half message. Blocking: run it in the executor."""
     header, blob = _split(body)
     topic = mapping.validate_topic(str(header.get("topic", "")))
-    info = parts.topics.ensure(topic, MessageType.TRANSACTION)  # as SendMessage: auto-create or not
+    info = parts.topics.ensure(topic, MessageType.TRANSACTION, writing=True)  # as SendMessage
     if info.message_type is not MessageType.TRANSACTION and not info.accepts_all:
         raise MessageTypeConflictError(
             f"topic {topic!r} accepts {info.message_type.value} messages, not transaction"

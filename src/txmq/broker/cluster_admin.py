@@ -16,6 +16,7 @@ from typing import Any
 
 from txmq.broker.membership import Membership, define, definition
 from txmq.broker.parts import Parts
+from txmq.broker.topics import TopicInfo
 from txmq.errors import TopicNotFoundError
 from txmq.model import MessageType
 
@@ -79,12 +80,18 @@ def create_topic(parts: Parts, membership: Membership, a: dict[str, Any]) -> dic
     }
     if a.get("forwarded"):
         return {**d, "result": define(parts.topics, d)}
-    t = parts.topics.create(d["name"], d["queues"], MessageType(d["type"]))
-    members = membership.spread_create(t) if membership.peers else {}
+    # An auto-created topic nothing was written to yet (a client's route query came first)
+    # gives way to the operator's definition, here as on every peer (ADR 0004).
+    t = TopicInfo(d["name"], d["queues"], MessageType(d["type"]))
+    here = "replaced" if parts.topics.replace_unwritten(t) else "created"
+    if here == "created":
+        t = parts.topics.create(d["name"], d["queues"], MessageType(d["type"]))
+    members = membership.spread_create(t, here) if membership.peers else {}
     return {
         "name": t.name,
         "queues": t.queue_count,
         "type": t.message_type.value,
+        "result": here,
         "members": members,
     }
 

@@ -39,7 +39,7 @@ from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
 from txmq.broker.forward import LOCAL, V2_SERVICE, Forwarder
 from txmq.broker.leadership import Leadership
-from txmq.broker.membership import Membership, define
+from txmq.broker.membership import Membership, copy_definition
 from txmq.broker.offsets import FILE_NAME as POSITIONS_FILE
 from txmq.broker.replication import SERVICE
 from txmq.broker.replies import fail
@@ -225,7 +225,7 @@ class Follower:
             self._topics_ms = now
             for d in header["topics"]:
                 try:
-                    define(self.topics, d)
+                    copy_definition(self.topics, d)
                 except BadRequestError as exc:
                     log.warning("leader's topic not copied: %s", exc)
         if "positions" in header:

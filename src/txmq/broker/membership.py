@@ -37,6 +37,7 @@ from txmq.errors import (
     CODE_TOPIC_NOT_FOUND,
     BadRequestError,
     NotFoundError,
+    TopicNotFoundError,
     TxmqError,
 )
 from txmq.model import MessageType
@@ -85,24 +86,60 @@ def same_topic(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def define(topics: TopicRegistry, d: dict[str, Any]) -> str:
-    """Create ``d`` here unless present; "created", "exists" or raise on a different definition.
+    """Create ``d`` here unless present; "created", "exists", "replaced" or raise on a different
+    definition.
+
+    An explicit definition meets an auto-created one (auto-creation on, a route query or a send
+    that reached this member before the operator's create did, ADR 0004): it replaces it while
+    nothing was written to it here; an auto-created one meeting an explicit one here is
+    "exists" (the member holding the auto-created one replaces it when it imports ours).
 
     Raises:
         BadRequestError: a topic of that name exists here with another definition.
     """
-    existed = topics.exists(str(d["name"]))
-    info = topics.create(
-        str(d["name"]),
-        int(d["queues"]),
-        MessageType(d["type"]),
-        exist_ok=True,
-        accepts_all=bool(d.get("all", False)),
-    )
-    if not same_topic(definition(info), {**d, "all": bool(d.get("all", False))}):
+    name = str(d["name"])
+    want = {**d, "all": bool(d.get("all", False))}
+    if topics.exists(name):
+        here = definition(topics.get(name))
+        if same_topic(here, want) or (want["all"] and not here["all"]):
+            return "exists"
+        if here["all"] and not want["all"] and topics.replace_unwritten(_info(want)):
+            log.info("auto-created topic %s replaced by its definition %s", name, want)
+            return "replaced"
         raise BadRequestError(
-            f"topic {info.name!r} exists with another definition: {definition(info)}"
+            f"topic {name!r} exists with another definition: {here}"
+            + (" (auto-created here, and written to)" if here["all"] else "")
         )
-    return "exists" if existed else "created"
+    info = topics.create(
+        name,
+        int(want["queues"]),
+        MessageType(want["type"]),
+        exist_ok=True,
+        accepts_all=want["all"],
+    )
+    if not same_topic(definition(info), want):  # created by another thread meanwhile
+        raise BadRequestError(f"topic {name!r} exists with another definition: {definition(info)}")
+    return "created"
+
+
+def _replaces(topics: TopicRegistry, d: dict[str, Any]) -> bool:
+    """A peer's explicit definition of a topic this member has auto-created."""
+    try:
+        return not d.get("all", False) and topics.get(str(d.get("name", ""))).accepts_all
+    except TopicNotFoundError:  # deleted since: the next probe imports it
+        return False
+
+
+def copy_definition(topics: TopicRegistry, d: dict[str, Any]) -> None:
+    """A follower takes its leader's definition of a topic as it is, replacing its own copy:
+    the leader decided it for the log both hold (``define`` is for members' own topics)."""
+    info = _info({**d, "all": bool(d.get("all", False))})
+    if not topics.exists(info.name) or topics.get(info.name) != info:
+        topics.mirror(info)
+
+
+def _info(d: dict[str, Any]) -> TopicInfo:
+    return TopicInfo(str(d["name"]), int(d["queues"]), MessageType(d["type"]), bool(d["all"]))
 
 
 class Membership:
@@ -300,11 +337,11 @@ class Membership:
         now = self.now_ms()
         for d in defs[: limits.CLUSTER_RECONCILE_TOPICS_MAX]:
             name = str(d.get("name", ""))
-            if topics.exists(name) or self.is_tombstoned(name, now):
+            if self.is_tombstoned(name, now) or (topics.exists(name) and not _replaces(topics, d)):
                 continue
             try:
-                define(topics, d)
-                log.info("topic %s imported from cluster peer %s: %s", name, peer, d)
+                if define(topics, d) == "created":
+                    log.info("topic %s imported from cluster peer %s: %s", name, peer, d)
             except (TxmqError, KeyError, ValueError) as exc:
                 log.warning("topic %r from peer %s not imported: %s", name, peer, exc)
 
@@ -322,11 +359,12 @@ class Membership:
         with self._lock:
             self._tombstones[name] = self.now_ms()
 
-    def spread_create(self, info: TopicInfo) -> dict[str, str]:
-        """Forward a create made here to every peer; member name -> what happened there.
-        A peer that missed it imports it at its next probe (a definition is idempotent)."""
+    def spread_create(self, info: TopicInfo, here: str = "created") -> dict[str, str]:
+        """Forward a create made here (``here``: "created" or "replaced") to every peer; member
+        name -> what happened there. A peer that missed it imports it at its next probe (a
+        definition is idempotent)."""
         replies = self._fan_out("TopicCreate", {**definition(info), "forwarded": True})
-        out = {self.group.name: "created"}
+        out = {self.group.name: here}
         for name, got in replies.items():
             out[name] = got if isinstance(got, str) else str(got.get("result", "created"))
         return out

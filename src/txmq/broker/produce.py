@@ -136,7 +136,7 @@ class SendPath:
     ) -> tuple[RecordDraft, TopicInfo]:
         """Check one message against its topic and build its draft for the chosen queue
         (``pick_queue``). Raises typed errors and stores nothing when the message is refused."""
-        info = self.topics.ensure(out.draft.topic, out.message_type)
+        info = self.topics.ensure(out.draft.topic, out.message_type, writing=True)
         self.check_type(info, out.message_type)
         queue_id = self.pick_queue(info, out.draft, chosen)
         return dataclasses.replace(out.draft, queue_id=queue_id), info
@@ -153,7 +153,7 @@ class SendPath:
         (a file write) or hold a delay message (the delay schedule's lock and reads). Such a
         request runs ``send`` in a thread; the others can run ``send_steps`` on the loop."""
         return any(
-            not topics.exists(m.draft.topic) or PROP_DELIVERY_TIMESTAMP_MS in m.draft.properties
+            not topics.settled(m.draft.topic) or PROP_DELIVERY_TIMESTAMP_MS in m.draft.properties
             for m in msgs
             if isinstance(m, Outgoing)
         )

@@ -30,8 +30,9 @@ class TopicInfo:
     accepts_all: bool = False
 
 
-def _load(path: Path, raw: bytes) -> list[TopicInfo]:
-    """The registry file's topics.
+def _load(path: Path, raw: bytes) -> list[tuple[TopicInfo, bool]]:
+    """The registry file's topics, each with whether it is an auto-created topic nothing was
+    ever written to (``"unwritten"``; files from before that key: written).
 
     Raises:
         ConfigError: the file is not a registry this broker wrote (one line, no traceback:
@@ -42,11 +43,22 @@ def _load(path: Path, raw: bytes) -> list[TopicInfo]:
         if not isinstance(rows, list):
             raise ValueError("not a list of topics")
         return [
-            TopicInfo(str(r["name"]), int(r["queues"]), MessageType(r["type"]), bool(r.get("all")))
+            (
+                TopicInfo(
+                    str(r["name"]), int(r["queues"]), MessageType(r["type"]), bool(r.get("all"))
+                ),
+                bool(r.get("unwritten", False)),
+            )
             for r in rows
         ]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not a valid topic registry ({exc})") from exc
+
+
+def _check(name: str, queue_count: int) -> None:
+    validate_topic(name, allow_system=name.startswith("%DLQ%"))
+    if not 1 <= queue_count <= limits.QUEUES_PER_TOPIC_MAX:
+        raise BadRequestError(f"queue count must be 1..{limits.QUEUES_PER_TOPIC_MAX}")
 
 
 class TopicRegistry:
@@ -67,9 +79,15 @@ class TopicRegistry:
         self.default_queues = default_queues
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
+        # Auto-created topics no message was ever written to: an operator's explicit definition
+        # may still replace them (``replace_unwritten``, ADR 0004). Persisted, so a restart
+        # cannot forget that a topic was written to.
+        self._unwritten: set[str] = set()
         if disk.exists(path):
-            for info in _load(path, disk.read_all(path)):
+            for info, unwritten in _load(path, disk.read_all(path)):
                 self._topics[info.name] = info
+                if unwritten:
+                    self._unwritten.add(info.name)
 
     def _save(self) -> None:
         data = [
@@ -78,6 +96,7 @@ class TopicRegistry:
                 "queues": t.queue_count,
                 "type": t.message_type.value,
                 "all": t.accepts_all,
+                **({"unwritten": True} if t.name in self._unwritten else {}),
             }
             for t in self._topics.values()
         ]
@@ -92,14 +111,59 @@ class TopicRegistry:
             raise TopicNotFoundError(name)
         return info
 
-    def ensure(self, name: str, message_type: MessageType = MessageType.NORMAL) -> TopicInfo:
-        """Return the topic, creating it when auto-create is on (with the sender's type)."""
+    def settled(self, name: str) -> bool:
+        """Known, and ``ensure(name, writing=True)`` will not write ``topics.json``."""
+        return name in self._topics and name not in self._unwritten
+
+    def ensure(
+        self, name: str, message_type: MessageType = MessageType.NORMAL, *, writing: bool = False
+    ) -> TopicInfo:
+        """Return the topic, creating it when auto-create is on (with the sender's type).
+
+        ``writing``: the caller will store a message in it with the returned definition, so an
+        auto-created topic is marked written (saved) first, under the lock that
+        ``replace_unwritten`` holds: the definition a writer gets can no longer be replaced.
+        Writing to an unsettled topic writes ``topics.json``: off the event loop (``settled``).
+        """
         info = self._topics.get(name)
-        if info is not None:
+        if info is not None and not (writing and name in self._unwritten):
             return info
-        if not self.auto_create and name not in self.implicit:
+        if info is None and not self.auto_create and name not in self.implicit:
             raise TopicNotFoundError(name)
-        return self.create(name, self.default_queues, message_type, exist_ok=True, accepts_all=True)
+        if info is None:
+            self.create(name, self.default_queues, message_type, exist_ok=True, accepts_all=True)
+        with self._lock:
+            info = self._topics.get(name)
+            if info is None:  # deleted meanwhile: as if it had never been there
+                raise TopicNotFoundError(name)
+            if writing and name in self._unwritten:
+                self._unwritten.discard(name)
+                self._save()
+            return info
+
+    def replace_unwritten(self, info: TopicInfo) -> bool:
+        """Replace an auto-created topic nothing was written to with ``info`` (an explicit
+        definition); False, changing nothing, if the topic is another kind or was written to."""
+        assert not info.accepts_all, "only an explicit definition replaces an auto-created one"
+        _check(info.name, info.queue_count)
+        with self._lock:
+            old = self._topics.get(info.name)
+            if old is None or not old.accepts_all or info.name not in self._unwritten:
+                return False
+            self._topics[info.name] = info
+            self._unwritten.discard(info.name)
+            self._save()
+            return True
+
+    def mirror(self, info: TopicInfo) -> None:
+        """Take a replica group leader's definition as it is (a follower's copy: the leader
+        decided, for the same log). A copied auto-created topic counts as written: a promoted
+        follower cannot tell whether its old leader wrote to it."""
+        _check(info.name, info.queue_count)
+        with self._lock:
+            self._topics[info.name] = info
+            self._unwritten.discard(info.name)
+            self._save()
 
     def create(
         self,
@@ -110,9 +174,7 @@ class TopicRegistry:
         exist_ok: bool = False,
         accepts_all: bool = False,
     ) -> TopicInfo:
-        validate_topic(name, allow_system=name.startswith("%DLQ%"))
-        if not 1 <= queue_count <= limits.QUEUES_PER_TOPIC_MAX:
-            raise BadRequestError(f"queue count must be 1..{limits.QUEUES_PER_TOPIC_MAX}")
+        _check(name, queue_count)
         with self._lock:
             existing = self._topics.get(name)
             if existing is not None:
@@ -123,6 +185,8 @@ class TopicRegistry:
                 raise TooManyRequestsError(f"this broker already has {limits.TOPICS_MAX} topics")
             info = TopicInfo(name, queue_count, message_type, accepts_all)
             self._topics[name] = info
+            if accepts_all:
+                self._unwritten.add(name)
             self._save()
             return info
 
@@ -131,6 +195,7 @@ class TopicRegistry:
             if name not in self._topics:
                 raise TopicNotFoundError(name)
             del self._topics[name]
+            self._unwritten.discard(name)
             self._save()
 
     def list(self) -> list[TopicInfo]:

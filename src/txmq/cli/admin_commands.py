@@ -120,7 +120,11 @@ def topic() -> None:
 def topic_create(name: str, queues: int, kind: str, endpoints: str) -> None:
     """Create a topic (exit 2 if it exists or the name is illegal)."""
     r = call(endpoints, "TopicCreate", {"name": name, "queues": queues, "type": kind})
-    click.echo(f"created topic {r['name']} ({r['type']}, {r['queues']} queues)")
+    replaced = ", replacing the auto-created one" if r.get("result") == "replaced" else ""
+    click.echo(f"created topic {r['name']} ({r['type']}, {r['queues']} queues{replaced})")
+    for member, outcome in sorted(r.get("members", {}).items()):
+        if outcome not in ("created", "replaced", "exists"):
+            click.echo(f"  member {member}: {outcome}")
 
 
 @topic.command("list")
