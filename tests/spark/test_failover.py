@@ -15,6 +15,7 @@ Checked: every committed row exactly once, queue offsets contiguous over the pla
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -39,10 +40,12 @@ from tests.integration.test_replication import (
 from tests.spark.test_cluster_source import groups  # noqa: F401  (fixture: 2 groups x 2)
 from txmq import limits
 from txmq.client.admin import call
-from txmq.errors import TopicNotFoundError
-from txmq.spark.client import BrokerClient, build_message, group_address, replicas_of
+from txmq.errors import TopicNotFoundError, TxmqError
+from txmq.spark.addresses import ATTEMPT_S, CALL_TIMEOUT_S, group_address, replicas_of
+from txmq.spark.client import BrokerClient, build_message
 from txmq.spark.sink import SentHalves, TxmqBatchWriter
 from txmq.spark.source import Source, read_partition
+from txmq.txn.bundle import encode_message
 from txmq.txn.ledger import ledger_home, ledger_key
 
 TOPIC = "failover"
@@ -139,6 +142,118 @@ def test_sink_and_reader_follow_a_failover_mid_batch(group: list[BrokerProcess])
     bodies = [bytes(b) for rb in got for b in rb.column("body").to_pylist()]
     assert offsets == list(range(lo, hi))
     assert sorted(bodies) == sorted(f"row-{i:06d}".encode() for i in range(ROWS))
+
+
+def _pause(old: BrokerProcess, new: BrokerProcess) -> threading.Thread:
+    """SIGSTOP ``old``; in the background, once ``new`` leads, SIGCONT it: it finds its lease
+    lapsed, follows ``new`` (cutting what it wrote unacknowledged), and SYNC 2 of 2 acknowledges
+    again."""
+    assert old.proc is not None
+    old.proc.send_signal(signal.SIGSTOP)
+
+    def back() -> None:
+        assert old.proc is not None
+        try:
+            wait_until(lambda: status(new.endpoints).get("role") == "leader", FAILOVER_S, "lead")
+        finally:
+            old.proc.send_signal(signal.SIGCONT)
+
+    t = threading.Thread(target=back)
+    t.start()
+    return t
+
+
+def _stale_bundle(client: BrokerClient, answers: list[object]) -> threading.Thread:
+    """A PrepareBundle sent to the paused leader alone (one attempt, the whole call deadline):
+    its request waits in the socket until the process resumes; what it answers goes to
+    ``answers``."""
+    body = encode_message(TOPIC, b"stale", message_id="stale-0", born_timestamp_ms=1)
+
+    def send() -> None:
+        try:
+            answers.append(client.prepare_bundle(TOPIC, [body], {}))
+        except TxmqError as exc:
+            answers.append(exc)
+
+    t = threading.Thread(target=send)
+    t.start()
+    return t
+
+
+def test_sink_leaves_a_paused_leader_which_acknowledges_nothing_after(
+    group: list[BrokerProcess],
+) -> None:
+    """SIGSTOP of the leader while the sink's task sends: the bundle waiting at the paused
+    leader is left after its attempt's deadline (addresses.ATTEMPT_S) for the new leader, so the
+    task ends well before one call deadline (CALL_TIMEOUT_S: the old client waited it out);
+    the old leader, resumed once the new one leads, answers a Spark write that reached it
+    while paused with a refusal; every row once."""
+    first, second = leader_of(group)
+    wait_until(lambda: _in_sync(first), 20, "both replicas in sync")
+    with BrokerClient(first.endpoints) as b:
+        b.create_topic(TOPIC, 1, "transaction")
+    wait_until(lambda: follower_has_topic(second, TOPIC), 10, "the topic on the follower")
+    both = f"{first.endpoints};{second.endpoints}"
+    schema = StructType([StructField("body", BinaryType())])
+    opts = {"endpoints": both, "topic": TOPIC, "sinkId": "paused", "batchId": "0"}
+    writer = TxmqBatchWriter(opts, schema)
+    stale = BrokerClient(first.endpoints)
+    stale.queue_ranges(TOPIC)  # connected before the pause
+    answers: list[object] = []
+    threads: list[threading.Thread] = []
+
+    def rows_then_pause() -> Iterator[pa.RecordBatch]:
+        for i, rb in enumerate(_rows()):
+            if i == 3:  # the first bundle has left: the next one meets the paused leader
+                threads.append(_pause(first, second))
+                threads.append(_stale_bundle(stale, answers))
+            yield rb
+
+    try:
+        started = time.monotonic()
+        sent = writer.write(rows_then_pause())
+        took = time.monotonic() - started
+        print(f"sink: the task's write took {took:.1f} s across the pause")
+        writer.commit([sent])
+        for t in threads:
+            t.join(CALL_TIMEOUT_S + FAILOVER_S)
+    finally:
+        stale.close()
+        if first.proc is not None and first.running:
+            first.proc.send_signal(signal.SIGCONT)
+    assert took < CALL_TIMEOUT_S, "the paused leader held a call for its whole deadline"
+    [answer] = answers  # refused, or cancelled as it stopped serving: never acknowledged
+    print(f"the resumed old leader answered the write sent while it was paused: {answer!r}")
+    assert isinstance(answer, TxmqError), f"the resumed old leader acknowledged {answer!r}"
+    wait_until(lambda: _in_sync(second), 30, "the resumed replica back in sync")
+    bodies = _bodies(second.endpoints, TOPIC)
+    assert sorted(bodies) == sorted(f"row-{i:06d}" for i in range(ROWS))
+
+
+def test_a_call_leaves_a_paused_replica_after_its_attempt_deadline(tmp_path: Path) -> None:
+    """The deadline alone, with the paused process never resumed: a group address whose first
+    replica is a SIGSTOPped broker (it accepts the connection, answers nothing) and whose
+    second is a live one. The call is answered by the second after ATTEMPT_S, where the
+    old client waited out its whole call deadline (CALL_TIMEOUT_S) at the first."""
+    paused, live = (BrokerProcess(tmp_path / n) for n in ("paused", "live"))
+    for b in (paused, live):
+        b.start()
+    try:
+        with BrokerClient(live.endpoints) as b:
+            b.create_topic(TOPIC, 1, "normal")
+        with BrokerClient(group_address([paused.endpoints, live.endpoints])) as client:
+            assert paused.proc is not None
+            paused.proc.send_signal(signal.SIGSTOP)
+            started = time.monotonic()
+            assert client.queue_ranges(TOPIC) == [(0, 0)]
+            took = time.monotonic() - started
+        print(f"a call left the paused replica after {took:.1f} s")
+        assert ATTEMPT_S <= took < CALL_TIMEOUT_S
+    finally:
+        if paused.proc is not None and paused.running:
+            paused.proc.send_signal(signal.SIGCONT)
+        for b in (paused, live):
+            b.stop()
 
 
 def _produce(address: str, topic: str, bodies: list[str]) -> None:

@@ -27,7 +27,7 @@ import base64
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -192,18 +192,27 @@ def refusal(exc: Exception, method: str) -> dict[str, Any]:
     return {"ok": False, "code": CODE_INTERNAL_ERROR, "error": f"internal error: {exc!r}"}
 
 
+# Admin methods that write to the commit log: acknowledged as a v2 write is (ack_gate).
+_WRITES_LOG: Final = frozenset({"TxnResolve"})
+
+
 def add_admin(server: Any, parts: Parts, service: Any) -> None:
     handlers = {}
     for name, fn in AdminMethods(parts, service.membership).table().items():
 
         async def call(
-            body: bytes, context: Any, fn: Callable[[dict[str, Any]], Any] = fn
+            body: bytes,
+            context: Any,
+            fn: Callable[[dict[str, Any]], Any] = fn,
+            name: str = name,
         ) -> bytes:
             try:
                 args = json.loads(body or b"{}")
                 if not isinstance(args, dict):
                     raise BadRequestError("request body must be a JSON object")
                 result = await service.run(fn, args)
+                if name in _WRITES_LOG and service.ack_gate is not None:
+                    await service.ack_gate()  # a replica group's leader: SYNC, and fenced
                 return channels.frame({"ok": True, **result})
             except Exception as exc:
                 return channels.frame(refusal(exc, fn.__name__))

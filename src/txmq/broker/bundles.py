@@ -10,7 +10,9 @@ then ``count`` messages back to back in the record format (``txn.bundle.encode_m
 message. The topic must take transactional messages (and exist, unless the broker creates
 topics on first use, as for SendMessage). The bundle's queue is chosen round robin.
 Reply (data-channel framing, see broker/data.py): ``{"ok": true, "transaction_id",
-"message_id", "count"}``, the half is then durable and invisible; or a refusal ``{"ok": false,
+"message_id", "count"}``, the half is then durable and invisible (in a replica group: on the
+in-sync replicas, through the same gate as every v2 write, ``Replication.acknowledge``, which
+also refuses it at a replica no longer leading by its own clock); or a refusal ``{"ok": false,
 "code", "error", "retriable"}``: retriable refusals (disk above its watermark, too many pending
 transactions) are back-pressure the sender retries after a pause.
 Must not: make anything visible (only EndTransaction or check-back commits a bundle).
@@ -90,6 +92,8 @@ def add_bundles(server: Any, parts: Parts, service: Any) -> None:
             meta = dict(context.invocation_metadata() or ())
             client_id = str(meta.get("x-mq-client-id", ""))
             header = await service.run(prepare_bundle, parts, body, next(round_robin), client_id)
+            if service.ack_gate is not None:  # a replica group's leader: SYNC, and fenced
+                await service.ack_gate()
             return channels.frame(header)
         except Exception as exc:
             return channels.frame(refusal(exc, _METHOD))

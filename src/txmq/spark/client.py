@@ -18,7 +18,11 @@ A replica group (ADR 0006) is addressed as ``group_address(replicas)``, the repl
 lead first: each call goes to the replica believed to lead and, when that one does not answer
 or answers that it does not lead (HA_NOT_AVAILABLE: a follower refuses the data and admin
 channels, and forwards v2 calls only while it knows a live leader), to the next replica, until
-one leads or SPARK_FAILOVER_S_MAX passes. Every other refusal is raised at once.
+one leads or SPARK_FAILOVER_S_MAX passes. Every other refusal is raised at once. Each attempt
+there has its own deadline, addresses.ATTEMPT_S at first (doubled at a replica each time it runs
+out there): a paused (SIGSTOPped) leader accepts the connection and never answers, and is left
+after that instead of after the whole call deadline, while a leader that is only slow gets
+longer attempts.
 """
 
 from __future__ import annotations
@@ -41,35 +45,21 @@ from txmq.errors import (
     BrokerUnavailableError,
     NotLeaderError,
     RemoteProtocolError,
-    invariant,
 )
 from txmq.format import record
 from txmq.model import Record
 from txmq.protocol import channels
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_channel
+from txmq.spark.addresses import CALL_TIMEOUT_S, attempt_deadline, channel_target, replicas_of
 
 T = TypeVar("T")
 
 CLIENT_VERSION: Final = "txmq-spark/0.1.0"
-# Per-call deadline: long enough for a 1024-message pull of large bodies on a loaded machine.
-CALL_TIMEOUT_S: Final = 30.0
 RETRY_BACKOFF_S: Final = (0.2, 0.5, 1.0)
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# What a replica that stopped serving answers to a call in flight, besides _TRANSIENT.
+_LEFT = (grpc.StatusCode.CANCELLED,)
 _V2_SERVICE: Final = "apache.rocketmq.v2.MessagingService"
-# Joins a replica group's endpoints in the connector's own addresses (partitions, sent halves,
-# sink members); never in user input, where ";" separates members of a cluster.
-REPLICA_SEPARATOR: Final = "|"
-
-
-def group_address(replicas: Sequence[str]) -> str:
-    """The address of a replica group: its endpoints, the one believed to lead first."""
-    invariant(bool(replicas), "a group has a replica")
-    return REPLICA_SEPARATOR.join(replicas)
-
-
-def replicas_of(address: str) -> list[str]:
-    """The endpoints of ``group_address``'s group (one for a broker alone)."""
-    return address.split(REPLICA_SEPARATOR)
 
 
 @functools.cache
@@ -146,20 +136,6 @@ def _queue(topic: str, queue_id: int) -> Any:
     return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
 
 
-def channel_target(endpoints: str) -> str:
-    """The gRPC target for ``H:P`` or the official clients' ``H:P1;H:P2`` (several brokers of
-    one cluster): IPv4 addresses become one ``ipv4:`` target that gRPC connects to the first
-    live one of, as the official client does; names cannot share a target, so the first is
-    used (any member answers for the cluster's members and topic definitions)."""
-    parts = [e.strip() for e in endpoints.split(";") if e.strip()]
-    if len(parts) <= 1:
-        return endpoints
-    hosts = [p.rpartition(":")[0] for p in parts]
-    if all(h.count(".") == 3 and h.replace(".", "").isdigit() for h in hosts):
-        return "ipv4:" + ",".join(parts)
-    return parts[0]
-
-
 class BrokerClient:
     """One gRPC channel to one broker. Use as a context manager; thread-safe.
 
@@ -223,14 +199,16 @@ class BrokerClient:
             *self.security.metadata(time.time_ns() // 1_000_000),
         ]
 
-    def _retrying(self, call: str, fn: Callable[[Any], T], *, service: str = _V2_SERVICE) -> T:
-        """``fn(channel)``, retried: transient transport failures on a broker alone; on a
-        replica group, failover (``_failing_over``)."""
+    def _retrying(
+        self, call: str, fn: Callable[[Any, float], T], *, service: str = _V2_SERVICE
+    ) -> T:
+        """``fn(channel, timeout_s)``, retried: transient transport failures on a broker alone;
+        on a replica group, failover (``_failing_over``)."""
         if len(self._channels) > 1:
             return self._failing_over(call, fn, service)
         for attempt in range(limits.SPARK_CALL_ATTEMPTS_MAX):
             try:
-                return fn(self._channels[0])
+                return fn(self._channels[0], self.timeout_s)
             except grpc.RpcError as exc:
                 code = exc.code() if callable(getattr(exc, "code", None)) else None
                 if code in _TRANSIENT and attempt + 1 < limits.SPARK_CALL_ATTEMPTS_MAX:
@@ -239,23 +217,34 @@ class BrokerClient:
                 raise channels.transport_error(exc, self.endpoints, service, call) from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _failing_over(self, call: str, fn: Callable[[Any], T], service: str) -> T:
+    def _failing_over(self, call: str, fn: Callable[[Any, float], T], service: str) -> T:
         """``fn`` on the replica believed to lead; while replicas do not answer or answer that
         they do not lead, the next one, with a pause after each round (a new leader is elected
         through etcd: lease TTL + an observe period, ADR 0005), for at least one round and up
         to SPARK_FAILOVER_S_MAX. Any other error is raised at once.
 
+        Each attempt's deadline is ``attempt_deadline``: a replica that does not answer in
+        time (paused, or slow) is left for the next one, and asked again with twice the time.
+
         Raises BrokerUnavailableError (retriable) when no replica led in that time."""
         deadline = time.monotonic() + limits.SPARK_FAILOVER_S_MAX
         rounds = 0
+        timed_out = [0] * len(self._channels)  # attempts that ran out, per replica
         for turn in range(1, limits.SPARK_FAILOVER_TURNS_MAX + 1):
             index = self._leading
+            left = deadline - time.monotonic()
+            timeout = attempt_deadline(self.timeout_s, timed_out[index], left)
             try:
-                return fn(self._channels[index])
+                return fn(self._channels[index], timeout)
             except grpc.RpcError as exc:
                 failed = channels.transport_error(exc, self.replicas[index], service, call)
-                if not isinstance(failed, BrokerUnavailableError):
+                code = exc.code() if isinstance(exc, grpc.Call) else None
+                # CANCELLED: we never cancel, the replica did as it stopped serving (a paused
+                # leader that resumed to find its lease gone, a follower being promoted).
+                if not isinstance(failed, BrokerUnavailableError) and code not in _LEFT:
                     raise failed from exc
+                if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                    timed_out[index] += 1
             except NotLeaderError as exc:
                 failed = exc
             with self._lock:
@@ -275,11 +264,11 @@ class BrokerClient:
         ) from failed
 
     def _unary(self, method: str, request: Any) -> Any:
-        def once(channel: Any) -> Any:
+        def once(channel: Any, timeout_s: float) -> Any:
             stub = self._stubs.get(channel)
             if stub is None:
                 stub = self._stubs[channel] = _v2().sg.MessagingServiceStub(channel)
-            reply = getattr(stub, method)(request, metadata=self.metadata(), timeout=self.timeout_s)
+            reply = getattr(stub, method)(request, metadata=self.metadata(), timeout=timeout_s)
             if int(reply.status.code) == errors.CODE_HA_NOT_AVAILABLE:
                 raise NotLeaderError(str(reply.status.message))  # a follower with no leader
             return reply
@@ -356,9 +345,9 @@ class BrokerClient:
         error whose ``retriable`` is true, whatever its class says."""
         path = channels.method_path(channels.DATA_SERVICE, method)
 
-        def once(channel: Any) -> tuple[dict[str, Any], memoryview]:
+        def once(channel: Any, timeout_s: float) -> tuple[dict[str, Any], memoryview]:
             rpc = channel.unary_unary(path)
-            raw = rpc(body, metadata=self.metadata(), timeout=self.timeout_s)
+            raw = rpc(body, metadata=self.metadata(), timeout=timeout_s)
             return channels.data_reply(raw, method)  # a follower's refusal: NotLeaderError
 
         return self._retrying(method, once, service=channels.DATA_SERVICE)
@@ -368,8 +357,8 @@ class BrokerClient:
         path = channels.method_path(channels.ADMIN_SERVICE, method)
         body = channels.encode(args)
 
-        def once(channel: Any) -> dict[str, Any]:
-            raw = channel.unary_unary(path)(body, metadata=self.metadata(), timeout=self.timeout_s)
+        def once(channel: Any, timeout_s: float) -> dict[str, Any]:
+            raw = channel.unary_unary(path)(body, metadata=self.metadata(), timeout=timeout_s)
             return channels.admin_reply(raw, method)  # a follower's refusal: NotLeaderError
 
         return self._retrying(method, once, service=channels.ADMIN_SERVICE)

@@ -20,7 +20,8 @@ from typing import Any
 
 from txmq import errors
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
-from txmq.spark.client import BrokerClient, group_address, replicas_of
+from txmq.spark.addresses import group_address, replicas_of
+from txmq.spark.client import BrokerClient
 from txmq.txn.ledger import ledger_home, ledger_key
 
 # The member name of a cluster the sink could not ask about (no ledger home is named then).
