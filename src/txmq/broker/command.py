@@ -111,6 +111,21 @@ _D = BrokerConfig(data_dir=Path("data"))
 )
 @click.option("--broker-name", help="This broker's name in the cluster file.")
 @click.option("--etcd", help="etcd HOST:PORT: run as one replica of a group led through etcd.")
+@click.option(
+    "--etcd-ca-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Reach etcd over TLS: the CA (PEM) that signed etcd's certificate.",
+)
+@click.option(
+    "--etcd-cert-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM client certificate for etcd's --client-cert-auth (with --etcd-key-file).",
+)
+@click.option(
+    "--etcd-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM key of --etcd-cert-file.",
+)
 @click.option("--replica-group", help="The replica group's name (default: --broker-name).")
 @click.option(
     "--min-insync-replicas",

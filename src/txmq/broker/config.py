@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txmq import limits
+from txmq.broker.etcd import EtcdTls
 from txmq.errors import ConfigError
 from txmq.store.config import StoreConfig
 
@@ -67,14 +68,25 @@ class BrokerConfig:
     # is one replica of the group replica_group (default: its broker name), led through etcd;
     # a write is acknowledged once min_insync_replicas replicas (the leader included) have it.
     etcd: str = ""
+    # etcd over TLS (docs/security.md): the CA that signed etcd's certificate, and the client
+    # certificate and key this replica presents when etcd runs with --client-cert-auth.
+    etcd_ca_file: Path | None = None
+    etcd_cert_file: Path | None = None
+    etcd_key_file: Path | None = None
     replica_group: str = ""
     min_insync_replicas: int = 1
+
+    @property
+    def etcd_tls(self) -> EtcdTls | None:
+        """How to reach etcd: over TLS when a CA is given, else plaintext (None)."""
+        return EtcdTls.of(self.etcd_ca_file, self.etcd_cert_file, self.etcd_key_file)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_insync_replicas <= limits.REPLICAS_MAX:
             raise ConfigError(f"min_insync_replicas must be 1..{limits.REPLICAS_MAX}")
         if self.etcd and not (self.replica_group or self.broker_name):
             raise ConfigError("a replica needs --replica-group or --broker-name (its group)")
+        EtcdTls.of(self.etcd_ca_file, self.etcd_cert_file, self.etcd_key_file)  # both or none
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

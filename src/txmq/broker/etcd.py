@@ -1,4 +1,5 @@
-"""A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1, stdlib only; ADR 0005).
+"""A small etcd v3 client over etcd's own JSON gateway (HTTP/1.1 or HTTPS, stdlib only;
+ADR 0005).
 
 Owns: the calls replica leadership needs (lease grant, keepalive and revoke; a
 compare-and-put of a key that must not exist; a plain put (a replica's own entry in its group's
@@ -14,11 +15,14 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from txmq import limits
-from txmq.errors import CoordinationError, RemoteProtocolError
+from txmq.errors import ConfigError, CoordinationError, RemoteProtocolError
 
 
 def _b64(raw: bytes) -> str:
@@ -41,8 +45,54 @@ class Claim:
     holder: KeyValue | None
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """How to reach an etcd that serves TLS (``--etcd-ca-file``; with ``--client-cert-auth``
+    on etcd's side also ``--etcd-cert-file``/``--etcd-key-file``): the CA that signed etcd's
+    certificate, which must name the endpoint's host, and this side's client certificate."""
+
+    ca_file: Path
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @classmethod
+    def of(cls, ca: Path | None, cert: Path | None, key: Path | None) -> EtcdTls | None:
+        """From the three options (None without a CA: plaintext).
+
+        Raises:
+            ConfigError: a certificate without its key or the reverse, or either without a CA.
+        """
+        if (cert is None) != (key is None):
+            raise ConfigError("--etcd-cert-file and --etcd-key-file go together")
+        if ca is None:
+            if cert is not None:
+                raise ConfigError("--etcd-cert-file needs --etcd-ca-file (etcd over TLS)")
+            return None
+        return cls(ca, cert, key)
+
+    def context(self) -> ssl.SSLContext:
+        """A client context: etcd's certificate checked against ``ca_file`` and its host name.
+
+        Raises:
+            ConfigError: a file is missing, unreadable or not PEM.
+        """
+        try:
+            ctx = ssl.create_default_context(cafile=str(self.ca_file))
+            if self.cert_file is not None and self.key_file is not None:
+                ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"etcd TLS files: {exc}") from exc
+        return ctx
+
+
 class Etcd:
-    def __init__(self, endpoint: str, *, timeout_ms: int = limits.ETCD_CALL_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_ms: int = limits.ETCD_CALL_TIMEOUT_MS,
+        tls: EtcdTls | None = None,
+    ) -> None:
         host, _, port = endpoint.rpartition(":")
         if not host or not port.isdigit():
             raise CoordinationError(f"etcd endpoint must be HOST:PORT, got {endpoint!r}")
@@ -50,10 +100,19 @@ class Etcd:
         self.host = host
         self.port = int(port)
         self.timeout_s = timeout_ms / 1000
+        # Built once: loading the CA and the key pair per call would cost more than the call.
+        self._context = tls.context() if tls is not None else None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._context is None:
+            return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        return http.client.HTTPSConnection(
+            self.host, self.port, timeout=self.timeout_s, context=self._context
+        )
 
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>``; the first JSON object of the answer."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        conn = self._connection()
         try:
             conn.request(
                 "POST", f"/v3/{path}", json.dumps(body), {"Content-Type": "application/json"}
@@ -69,11 +128,59 @@ class Etcd:
             doc = json.loads(text[0]) if text else {}
         except json.JSONDecodeError as exc:
             raise RemoteProtocolError(f"etcd at {self.endpoint}: {path}: not JSON") from exc
+        if resp.status == 400 and "HTTPS server" in raw.decode("utf-8", "replace"):
+            raise CoordinationError(
+                f"etcd at {self.endpoint} serves TLS: give --etcd-ca-file (and, when it asks"
+                " for client certificates, --etcd-cert-file/--etcd-key-file)"
+            )
         if resp.status != 200 or not isinstance(doc, dict) or "error" in doc:
             raise CoordinationError(
                 f"etcd at {self.endpoint}: {path} refused ({resp.status}): {text[:1]}"
             )
         return doc
+
+    def check_security(self) -> None:
+        """One read, at a replica's start: a TLS mismatch with etcd (plaintext against TLS, TLS
+        against plaintext, a CA that did not sign etcd's certificate, no client certificate
+        where etcd asks for one) never heals, so it is a ConfigError now instead of a
+        leadership loop that retries forever. An etcd that does not answer yet is left to
+        that loop.
+
+        Raises:
+            ConfigError: the TLS settings do not match etcd's.
+        """
+        try:
+            self.get("/txmq/ready")
+        except CoordinationError as exc:
+            if self._context is None and self._serves_tls():
+                raise ConfigError(
+                    f"etcd at {self.endpoint} serves TLS: give --etcd-ca-file (and, when it"
+                    " asks for client certificates, --etcd-cert-file/--etcd-key-file)"
+                ) from exc
+            if isinstance(exc.__cause__, ssl.SSLError) or "serves TLS" in str(exc):
+                raise ConfigError(
+                    f"{exc} (check --etcd-ca-file, --etcd-cert-file and --etcd-key-file)"
+                ) from exc
+
+    def _serves_tls(self) -> bool:
+        """Whether the endpoint answers a TLS ClientHello as a TLS server (a plaintext call to
+        etcd serving TLS is only a connection reset). A probe: no certificate is trusted and
+        nothing is sent after the handshake."""
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        probe.check_hostname = False
+        probe.verify_mode = ssl.CERT_NONE
+        try:
+            with (
+                socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw,
+                probe.wrap_socket(raw),
+            ):
+                return True  # a handshake completed
+        except ssl.SSLError as exc:
+            # An alert (e.g. a client certificate required) is a TLS server too; a plaintext
+            # server's answer is not a TLS record.
+            return exc.reason not in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
+        except OSError:
+            return False
 
     # --- Leases. ------------------------------------------------------------------------------
 

@@ -11,10 +11,11 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from txmq import limits
-from txmq.broker.etcd import Etcd
+from txmq.broker.etcd import Etcd, EtcdTls
 from txmq.errors import CoordinationError
 
 PACKAGE_HINT = "install Debian's etcd-server package (apt-get install etcd-server)"
@@ -35,26 +36,46 @@ def _free_port(host: str) -> int:
         return port
 
 
+@dataclass(frozen=True)
+class EtcdServing:
+    """etcd serving TLS: its certificate and key (PEM), and with ``client_ca`` it requires
+    client certificates signed by that CA (etcd's ``--client-cert-auth``)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca: Path | None = None
+
+
 def start_local_etcd(
-    data_dir: Path, host: str = "127.0.0.1"
+    data_dir: Path,
+    host: str = "127.0.0.1",
+    *,
+    serving: EtcdServing | None = None,
+    client: EtcdTls | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start etcd with its data in ``data_dir`` (created) and its log in ``data_dir/etcd.log``;
-    returns the process and its client endpoint ``HOST:PORT`` once it answers."""
+    returns the process and its client endpoint ``HOST:PORT`` once it answers (to ``client``:
+    how this side reaches it when it serves TLS)."""
     binary = etcd_binary()
     data_dir.mkdir(parents=True, exist_ok=True)
-    client, peer = _free_port(host), _free_port(host)
-    client_url, peer_url = f"http://{host}:{client}", f"http://{host}:{peer}"
+    client_port, peer = _free_port(host), _free_port(host)
+    scheme = "https" if serving is not None else "http"
+    client_url, peer_url = f"{scheme}://{host}:{client_port}", f"http://{host}:{peer}"
     cmd = [
         binary, "--name", "txmq", "--data-dir", str(data_dir / "member"),
         "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
         "--initial-cluster", f"txmq={peer_url}", "--log-level", "warn",
     ]  # fmt: skip
+    if serving is not None:
+        cmd += ["--cert-file", str(serving.cert_file), "--key-file", str(serving.key_file)]
+        if serving.client_ca is not None:
+            cmd += ["--client-cert-auth", "--trusted-ca-file", str(serving.client_ca)]
     with open(data_dir / "etcd.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-    endpoint = f"{host}:{client}"
+    endpoint = f"{host}:{client_port}"
     try:
-        wait_ready(endpoint, proc)
+        wait_ready(endpoint, proc, tls=client)
     except CoordinationError:
         proc.kill()
         proc.wait()
@@ -62,9 +83,11 @@ def start_local_etcd(
     return proc, endpoint
 
 
-def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_ready(
+    endpoint: str, proc: subprocess.Popen[bytes] | None = None, *, tls: EtcdTls | None = None
+) -> None:
     """Poll etcd at ``endpoint`` until a read succeeds, within ``ETCD_START_TIMEOUT_MS``."""
-    etcd = Etcd(endpoint)
+    etcd = Etcd(endpoint, tls=tls)
     deadline = time.monotonic() + limits.ETCD_START_TIMEOUT_MS / 1000
     last = ""
     while time.monotonic() < deadline:

@@ -25,6 +25,7 @@ import click
 
 from txmq import limits
 from txmq.broker.cluster_file import ClusterFile, Member, write
+from txmq.broker.etcd import EtcdTls
 from txmq.cli import cluster_replicas
 from txmq.cli.admin_commands import endpoints_option, json_option, show
 from txmq.client.admin import cluster_call
@@ -134,7 +135,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     local = None
     if replicas > 1 and etcd is None:
-        local, etcd = cluster_replicas.start_etcd(data_dir, host)
+        local, etcd = cluster_replicas.start_etcd(data_dir)
         click.echo(f"txmq etcd listening on {etcd}")
     name = data_dir.resolve().name or "txmq"
     if replicas > 1:
@@ -240,7 +241,20 @@ def status(endpoints: str, as_json: bool) -> None:
 @cluster.command("unclean-election")
 @click.option("--etcd", required=True, help="The etcd HOST:PORT the group is led through.")
 @click.option("--replica", required=True, help="HOST:PORT of the replica that is to lead.")
-def unclean_election(etcd: str, replica: str) -> None:
+@click.option(
+    "--etcd-ca-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Reach etcd over TLS: the CA (PEM) that signed etcd's certificate.",
+)
+@click.option("--etcd-cert-file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--etcd-key-file", type=click.Path(path_type=Path, dir_okay=False))
+def unclean_election(
+    etcd: str,
+    replica: str,
+    etcd_ca_file: Path | None,
+    etcd_cert_file: Path | None,
+    etcd_key_file: Path | None,
+) -> None:
     """Let one replica lead a group whose stored in-sync set names no replica that can.
 
     For when every member that set names lost its data for good (a replica restarted on an
@@ -250,7 +264,8 @@ def unclean_election(etcd: str, replica: str) -> None:
     unclean leader election): pick the replica that holds the most (`cluster status`, end).
     A replica that was behind when its leader died may need a restart to campaign.
     """
-    click.echo(cluster_replicas.unclean_election(etcd, replica))
+    tls = EtcdTls.of(etcd_ca_file, etcd_cert_file, etcd_key_file)
+    click.echo(cluster_replicas.unclean_election(etcd, replica, tls))
 
 
 def _stop_on_signals() -> dict[str, bool]:

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from txmq.broker.cluster_file import ClusterFile, Group, Member
-from txmq.broker.etcd import Etcd
+from txmq.broker.etcd import Etcd, EtcdTls
 from txmq.broker.etcd_server import start_local_etcd
 from txmq.broker.leadership import decode_insync, decode_leader, encode_insync
 from txmq.broker.replication import SERVICE
@@ -33,10 +33,13 @@ from txmq.protocol.client_security import open_channel
 STATUS_TIMEOUT_S = 2.0
 
 
-def start_etcd(data_dir: Path, host: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A local etcd with its data in DIR/etcd. Raises CoordinationError (etcd missing: names
-    Debian's etcd-server package; or it did not answer)."""
-    return start_local_etcd(data_dir / "etcd", host)
+def start_etcd(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A local etcd with its data in DIR/etcd, on the loopback interface whatever ``--host``
+    the brokers bind: every replica ``cluster up`` starts runs on this machine, and an etcd
+    in plaintext must not be reachable from others (a forged leader key is a split brain).
+    Raises CoordinationError (etcd missing: names Debian's etcd-server package; or it did not
+    answer)."""
+    return start_local_etcd(data_dir / "etcd", "127.0.0.1")
 
 
 def layout(name: str, groups: int, replicas: int, host: str, port: int, etcd: str) -> ClusterFile:
@@ -129,7 +132,7 @@ def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
     return cols, out
 
 
-def unclean_election(etcd_endpoint: str, replica: str) -> str:
+def unclean_election(etcd_endpoint: str, replica: str, tls: EtcdTls | None = None) -> str:
     """Store the in-sync set of ``replica``'s group as that replica alone, with the incarnation
     it runs under, so that it may lead (and no one else, until it stores a new set). Only
     while the group has no leader, in one etcd transaction. Returns what was done.
@@ -148,7 +151,7 @@ def unclean_election(etcd_endpoint: str, replica: str) -> str:
     if doc.get("role") != "follower" or not (name and born and key):
         raise CoordinationError(f"{replica} is not a follower that names its incarnation: {doc}")
     leader_key = str(key)[: -len("insync")] + "leader"
-    etcd = Etcd(etcd_endpoint)
+    etcd = Etcd(etcd_endpoint, tls=tls)
     found = etcd.get_prefix(str(key)[: -len("insync")])
     leader = decode_leader(found.get(leader_key))
     if leader is not None:
