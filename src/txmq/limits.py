@@ -417,6 +417,8 @@ REPLICA_LAG_MAX_MS: Final = 2_000
 # Deadline of one HTTP call to etcd's JSON gateway: a leader must notice an unreachable etcd
 # well inside its lease (three keepalive periods).
 ETCD_CALL_TIMEOUT_MS: Final = 1_000
+# Idle kept-alive connections a replica keeps to etcd (its leadership, list and leaders loops).
+ETCD_IDLE_MAX: Final = 4
 # A local etcd started by `txmq cluster up` (or a test) must answer within this long.
 ETCD_START_TIMEOUT_MS: Final = 15_000
 # Bytes of one etcd gateway answer we read: a range of one key or a lease call is tiny.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -12,11 +13,11 @@ import pytest
 
 from txmq import limits
 from txmq.broker.etcd import Etcd
-from txmq.broker.etcd_server import start_local_etcd
+from txmq.broker.etcd_server import start_local_etcd, wait_ready
 from txmq.broker.leadership import Leadership, monotonic_ms
 from txmq.errors import CoordinationError
 
-from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
+from .etcd_fixtures import ensure_etcd, etcd_endpoint  # noqa: F401  (fixture)
 
 TTL = limits.REPLICA_LEASE_TTL_MS
 
@@ -165,3 +166,29 @@ def test_the_operators_put_needs_no_leader_and_the_set_as_read(
     etcd.revoke(lease)  # its key goes with its lease
     assert etcd.put_if_unchanged(base + "insync", b"op", again.mod_revision, base + "leader")
     assert etcd.delete_prefix(base) == 1 and etcd.get(base + "insync") is None
+
+
+def test_kept_alive_connections_are_reused_and_survive_an_etcd_restart(tmp_path: Path) -> None:
+    """A replica's client keeps its connections to etcd (no TCP connection, over TLS no
+    handshake, per call); one etcd closed while it sat idle is replaced at the next call, which
+    succeeds. White box: the idle connections' sockets are compared."""
+    ensure_etcd()
+    proc, endpoint = start_local_etcd(tmp_path / "etcd")
+    etcd = Etcd(endpoint, keep_alive=True)
+    try:
+        etcd.put("/txmq-test/k", b"1")
+        first = etcd._idle[0].sock
+        assert etcd.get("/txmq-test/k") is not None
+        assert [c.sock for c in etcd._idle] == [first], "the same connection, reused"
+        proc.terminate()
+        proc.wait(timeout=30)
+        with open(tmp_path / "etcd" / "etcd.log", "ab") as log:
+            proc = subprocess.Popen(proc.args, stdout=log, stderr=log)  # same port, same data
+        wait_ready(endpoint, proc)
+        found = etcd.get("/txmq-test/k")  # on the connection the old etcd closed, then anew
+        assert found is not None and found.value == b"1"
+        assert [c.sock for c in etcd._idle] != [first]
+    finally:
+        etcd.close()
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -17,6 +17,7 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,7 @@ class Etcd:
         *,
         timeout_ms: int = limits.ETCD_CALL_TIMEOUT_MS,
         tls: EtcdTls | None = None,
+        keep_alive: bool = False,
     ) -> None:
         host, _, port = endpoint.rpartition(":")
         if not host or not port.isdigit():
@@ -102,6 +104,12 @@ class Etcd:
         self.timeout_s = timeout_ms / 1000
         # Built once: loading the CA and the key pair per call would cost more than the call.
         self._context = tls.context() if tls is not None else None
+        # With keep_alive, connections etcd keeps open are reused (at most ETCD_IDLE_MAX idle):
+        # a replica calls etcd a few times a second, and a new TCP connection (over TLS, a
+        # handshake) per call costs more CPU than the call.
+        self.keep_alive = keep_alive
+        self._idle: list[http.client.HTTPConnection] = []
+        self._idle_lock = threading.Lock()
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._context is None:
@@ -110,32 +118,69 @@ class Etcd:
             self.host, self.port, timeout=self.timeout_s, context=self._context
         )
 
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle kept-alive connection (True) or a new one (False)."""
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return self._connection(), False
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        with self._idle_lock:
+            if self.keep_alive and len(self._idle) < limits.ETCD_IDLE_MAX:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the idle connections (calls still work after: they open new ones)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _post(self, path: str, payload: str) -> tuple[int, bytes]:
+        """(status, body) of one POST. On a kept-alive connection etcd closed while it was idle,
+        once more on a new one: every call this client makes may be repeated (reads,
+        keepalives, puts and compare-and-puts; a second lease grant only leaves a lease that
+        expires unused)."""
+        for _ in range(2):
+            conn, reused = self._take()
+            try:
+                conn.request("POST", f"/v3/{path}", payload, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                raw = resp.read(limits.ETCD_RESPONSE_SIZE_MAX)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                conn.close()
+                if reused:
+                    continue
+                raise CoordinationError(f"etcd at {self.endpoint}: {path} failed: {exc}") from exc
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise CoordinationError(f"etcd at {self.endpoint}: {path} failed: {exc}") from exc
+            if resp.isclosed() and not resp.will_close:  # read to its end, and kept open
+                self._give_back(conn)
+            else:
+                conn.close()
+            return resp.status, raw
+        raise CoordinationError(f"etcd at {self.endpoint}: {path} failed: connection closed")
+
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>``; the first JSON object of the answer."""
-        conn = self._connection()
-        try:
-            conn.request(
-                "POST", f"/v3/{path}", json.dumps(body), {"Content-Type": "application/json"}
-            )
-            resp = conn.getresponse()
-            raw = resp.read(limits.ETCD_RESPONSE_SIZE_MAX)
-        except (OSError, http.client.HTTPException) as exc:
-            raise CoordinationError(f"etcd at {self.endpoint}: {path} failed: {exc}") from exc
-        finally:
-            conn.close()
+        status, raw = self._post(path, json.dumps(body))
         text = raw.decode("utf-8", "replace").strip().splitlines()
         try:
             doc = json.loads(text[0]) if text else {}
         except json.JSONDecodeError as exc:
             raise RemoteProtocolError(f"etcd at {self.endpoint}: {path}: not JSON") from exc
-        if resp.status == 400 and "HTTPS server" in raw.decode("utf-8", "replace"):
+        if status == 400 and "HTTPS server" in raw.decode("utf-8", "replace"):
             raise CoordinationError(
                 f"etcd at {self.endpoint} serves TLS: give --etcd-ca-file (and, when it asks"
                 " for client certificates, --etcd-cert-file/--etcd-key-file)"
             )
-        if resp.status != 200 or not isinstance(doc, dict) or "error" in doc:
+        if status != 200 or not isinstance(doc, dict) or "error" in doc:
             raise CoordinationError(
-                f"etcd at {self.endpoint}: {path} refused ({resp.status}): {text[:1]}"
+                f"etcd at {self.endpoint}: {path} refused ({status}): {text[:1]}"
             )
         return doc
 

@@ -101,7 +101,7 @@ async def serve_replica(
     group = cluster.group_of(me).name
     # A replica binds the port its cluster file gives it: the file is what peers dial.
     config = dataclasses.replace(config, port=me.port, replica_group=group)
-    etcd = Etcd(config.etcd, tls=config.etcd_tls)
+    etcd = Etcd(config.etcd, tls=config.etcd_tls, keep_alive=True)
     await asyncio.to_thread(etcd.check_security)
     # Which life of its data directory this replica is: read (or made, durable) before it
     # takes part in any election; the in-sync set names members by it (ADR 0005).
