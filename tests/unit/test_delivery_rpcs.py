@@ -121,6 +121,26 @@ async def test_empty_long_poll_then_woken_by_notify(rpcs: ConsumeRpcs) -> None:
     assert [i.message.body for i in items[2:]] == [b"late"]
 
 
+async def test_a_cancelled_long_poll_leaves_the_others_waiting(rpcs: ConsumeRpcs) -> None:
+    """Long polls on one topic share its wake-up: a client that goes away (its RPC cancelled)
+    must not wake or cancel the others, and a woken topic leaves no waiter behind."""
+    polls = [asyncio.create_task(_receive(rpcs, _receive_request("t", poll_ms=10_000)))]
+    for _ in range(1000):  # until the first long poll is parked
+        if rpcs.waiting("t"):
+            break
+        await asyncio.sleep(0.005)  # sleep: poll interval of this bounded wait
+    polls.append(asyncio.create_task(_receive(rpcs, _receive_request("t", poll_ms=10_000))))
+    await asyncio.sleep(0.05)  # sleep: lets the second one park too (it is parked or not: both end)
+    polls[0].cancel()
+    await asyncio.gather(polls[0], return_exceptions=True)
+    assert rpcs.waiting("t") and not polls[1].done()
+    _append(rpcs, "t", b"late")
+    rpcs.notify_appended("t", 0)
+    items = await asyncio.wait_for(polls[1], timeout=5)
+    assert [i.message.body for i in items[2:]] == [b"late"]
+    assert not rpcs.waiting("t")
+
+
 async def test_forward_to_dlq_then_read_the_dlq(rpcs: ConsumeRpcs, clock: Clock) -> None:
     _append(rpcs, "t", b"poison")
     (msg,) = [i.message for i in (await _receive(rpcs, _receive_request("t")))[2:]]

@@ -24,6 +24,7 @@ from txmq.errors import (
     MessagePropertiesTooLargeError,
 )
 from txmq.format import record as codec
+from txmq.format.properties import properties_json, properties_value
 from txmq.model import RecordDraft, TxnFlag
 
 text = st.text(max_size=20)
@@ -185,6 +186,37 @@ def test_properties_block_is_the_compact_json_the_format_documents(props: dict[s
     at = codec.FIXED_END + sum(2 + len(s) for s in (b"t", b"", b"", b"", b""))
     want = json.dumps(props, separators=(",", ":")).encode()
     assert data[at : at + 4 + len(want)] == len(want).to_bytes(4, "big") + want
+
+
+def _loads(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        return type(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=4).map(
+            properties_json
+        ),
+        st.binary(max_size=40),
+        st.sampled_from(
+            [b" {}", b"{} ", b"{}x", b"", b"[1", b'"a"', b"\xef\xbb\xbf{}", b'{"a":1}']
+        ),
+        st.from_regex(rb"\A[{}\[\]\x22:,a-c0-9 \\u]{0,12}\Z"),
+    )
+)
+def test_properties_are_read_back_as_json_loads_reads_them(raw: bytes) -> None:
+    """The read side's fast path returns what ``json.loads`` returns, and raises the same
+    kind of error where it raises (whitespace, trailing data, bad UTF-8, other JSON values)."""
+    want = _loads(raw)
+    try:
+        got: object = properties_value(memoryview(raw))
+    except ValueError as exc:
+        got = type(exc)
+    assert got == want
 
 
 @settings(max_examples=50, deadline=None)

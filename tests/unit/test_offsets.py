@@ -135,17 +135,50 @@ def test_fifo_over_the_store_delivers_a_group_in_order(tmp_path: Path, clock: Cl
     store.close()
 
 
-def test_reads_recent_only_near_the_end_of_a_known_queue(tmp_path: Path, clock: Clock) -> None:
+def test_receive_recent_only_near_the_end_of_a_known_queue(tmp_path: Path, clock: Clock) -> None:
     """What the broker serves on its event loop: a receive of a group that already has a
-    position and is at most RECEIVE_ON_LOOP_LAG_MAX entries behind the queue's end."""
+    position and is at most RECEIVE_ON_LOOP_LAG_MAX entries behind the queue's end; otherwise
+    None, with nothing done (the broker then runs ``receive`` in its executor)."""
     store = _store(tmp_path, clock)
     p = _positions(store, tmp_path, clock)
     _fill(store, 3)
-    assert not p.reads_recent("g", "t", [0]), "a group new to the queue opens in a thread"
+
+    def recent() -> list[Delivery] | None:
+        done = p.receive_recent(
+            "g", "t", [0], tags=None, batch=32, invisible_ms=1_000, now_ms=clock.now, fifo=False
+        )
+        return None if done is None else done[0]
+
+    assert recent() is None, "a group new to the queue opens in a thread"
+    assert p.positions() == []
     assert len(_receive(p, clock)) == 3
-    assert p.reads_recent("g", "t", [0])
+    assert recent() == []
     _fill(store, limits.RECEIVE_ON_LOOP_LAG_MAX - 3)
-    assert p.reads_recent("g", "t", [0]), "exactly the bound behind its ack offset"
+    got = recent()
+    assert got is not None and len(got) == 32, "exactly the bound behind its ack offset"
     _fill(store, 1)
-    assert not p.reads_recent("g", "t", [0]), "one past the bound: cold records may follow"
+    assert recent() is None, "one past the bound: cold records may follow"
+    store.close()
+
+
+def test_an_idle_queue_is_skipped_but_due_and_new_messages_are_not(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A receive skips a queue with nothing new, held or due without looking further into it
+    (not even its offsets); a lease that falls due, or a record appended after, is still
+    delivered from it."""
+    store = _store(tmp_path, clock)
+    _fill(store, 2)
+    p = _positions(store, tmp_path, clock)
+    first = _receive(p, clock)
+    assert [d.record.body for d in first] == [b"m0", b"m1"]
+    p.ack("g", first[0].receipt_handle)
+    looked = []
+    offsets = store.queue_offsets
+    store.queue_offsets = lambda *a: looked.append(a) or offsets(*a)  # type: ignore[method-assign]
+    assert _receive(p, clock) == [] and looked == [], "nothing due, nothing new: skipped"
+    clock.advance(1_000)  # m1's lease expires: due again
+    assert [(d.record.body, d.attempt) for d in _receive(p, clock)] == [(b"m1", 2)]
+    store.append(RecordDraft(topic="t", queue_id=0, body=b"new"))
+    assert [d.record.body for d in _receive(p, clock)] == [b"new"]
     store.close()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from txmq import errors, limits
+from txmq.broker import receipt
 from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import InvalidReceiptHandleError
 
@@ -54,3 +58,24 @@ def test_other_secret_forgery_and_garbage_are_refused(seed: int) -> None:
         with pytest.raises(InvalidReceiptHandleError) as info:
             codec.decode(b)
         assert info.value.code == errors.CODE_INVALID_RECEIPT_HANDLE
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=120))
+def test_handle_text_is_unpadded_urlsafe_base64(blob: bytes) -> None:
+    """The handle's text is what base64.urlsafe_b64encode gives, padding stripped, whatever
+    shortcut encodes it (issue 17)."""
+    assert receipt._b64(blob) == base64.urlsafe_b64encode(blob).decode().rstrip("=")
+
+
+def test_standard_alphabet_and_non_ascii_are_refused() -> None:
+    codec = ReceiptCodec(b"s" * 32)
+    texts = (codec.encode(Receipt("g", "t", 0, 0, seq)) for seq in range(1000))
+    text = next(t for t in texts if "-" in t and "_" in t)
+    for i, c in enumerate(text):  # a handle with a '-' or '_' written as '+' or '/' instead
+        std = {"-": "+", "_": "/"}.get(c)
+        if std is not None:
+            with pytest.raises(InvalidReceiptHandleError):
+                codec.decode(text[:i] + std + text[i + 1 :])
+    with pytest.raises(InvalidReceiptHandleError, match="not base64"):
+        codec.decode(text[:-1] + "é")

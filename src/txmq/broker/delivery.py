@@ -223,6 +223,18 @@ class DeliveryBook:
                     grants.append(got)
         return grants, dead
 
+    def idle(self, key: QueueKey, end: int, now_ms: int) -> bool:
+        """Whether ``key`` has nothing to deliver at ``now_ms`` while its queue ends at ``end``:
+        its book exists and has scanned up to ``end``, holds nothing back and has no lease due
+        (a stale heap entry counts as due: ``take_due`` drops it)."""
+        book = self.books.get(key)
+        return (
+            book is not None
+            and book.scan_offset >= end
+            and not book.held
+            and not (book.due and book.due[0][0] <= now_ms)
+        )
+
     def scan_window(self, key: QueueKey, want: int) -> tuple[int, int]:
         """Where the next store read starts and how many entries it may look at."""
         book = self.books[key]

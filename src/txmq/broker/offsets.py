@@ -151,26 +151,40 @@ class ConsumerPositions:
             self.book.open(key, lo)
         self.book.clamp(key, lo)
 
-    def reads_recent(self, group: str, topic: str, queue_ids: list[int]) -> bool:
-        """Whether ``receive`` would read only records near the end of these queues: every
-        queue already has this group's book and ends at most RECEIVE_ON_LOOP_LAG_MAX entries
-        past its ack offset (due redeliveries, held FIFO messages and new ones all lie in
-        between). Then the event loop may run ``receive`` itself (see limits.py)."""
+    def receive_recent(
+        self, group: str, topic: str, queue_ids: list[int], **kw: Any
+    ) -> tuple[list[Delivery], list[DeadLetter]] | None:
+        """``receive`` (same arguments) when it reads only records near the end of these
+        queues: every queue already has this group's book and ends at most
+        RECEIVE_ON_LOOP_LAG_MAX entries past its ack offset (due redeliveries, held FIFO
+        messages and new ones all lie in between), so the event loop may run it itself (see
+        limits.py). None, with nothing done, otherwise."""
+        keys = [QueueKey(group, topic, qid) for qid in queue_ids]
         with self._lock:
-            for qid in queue_ids:
-                book = self.book.books.get(QueueKey(group, topic, qid))
-                if book is None:
-                    return False
-                end = self.store.queue_offsets(topic, qid)[1]
-                if end - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
-                    return False
-        return True
+            ends = self.store.queue_ends(topic, queue_ids)
+            books = self.book.books
+            for key, end in zip(keys, ends, strict=True):
+                book = books.get(key)
+                if book is None or end - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
+                    return None
+            return self._receive(keys, ends, **kw)
 
     def receive(
+        self, group: str, topic: str, queue_ids: list[int], **kw: Any
+    ) -> tuple[list[Delivery], list[DeadLetter]]:
+        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue;
+        stops before their records pass ``max_bytes`` (the first always comes), so a stream
+        never holds more than that (broker/flow.py). Keyword arguments: ``_receive``'s. From
+        any position: the broker calls it in its executor when ``receive_recent`` would not
+        serve it."""
+        keys = [QueueKey(group, topic, qid) for qid in queue_ids]
+        with self._lock:
+            return self._receive(keys, self.store.queue_ends(topic, queue_ids), **kw)
+
+    def _receive(
         self,
-        group: str,
-        topic: str,
-        queue_ids: list[int],
+        keys: list[QueueKey],
+        ends: list[int],
         *,
         tags: frozenset[str] | None,
         batch: int,
@@ -179,38 +193,40 @@ class ConsumerPositions:
         fifo: bool,
         max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
     ) -> tuple[list[Delivery], list[DeadLetter]]:
-        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue;
-        stops before their records pass ``max_bytes`` (the first always comes), so a stream
-        never holds more than that (broker/flow.py)."""
+        """``receive`` under ``_lock``, each queue's end read once (``ends``). A queue
+        with nothing due, nothing held and nothing new before its end is skipped unread: the
+        common case of a long poll's first look, once per queue of the topic."""
         invariant(1 <= batch <= limits.RECEIVE_BATCH_MAX, "batch out of range")
         out: list[Delivery] = []
         dead: list[DeadLetter] = []
-        with self._lock:
-            for qid in queue_ids:
-                if len(out) >= batch or _bytes(out) >= max_bytes:
+        taken = 0  # bytes of the records in ``out``
+        for key, end in zip(keys, ends, strict=True):
+            if len(out) >= batch or taken >= max_bytes:
+                break
+            if self.book.idle(key, end, now_ms):
+                continue
+            self._open(key)
+            # Due redeliveries one at a time, so the byte bound holds for them too.
+            for _ in range(batch):
+                if len(out) >= batch or (out and taken >= max_bytes):
                     break
-                key = QueueKey(group, topic, qid)
-                self._open(key)
-                # Due redeliveries one at a time, so the byte bound holds for them too.
-                for _ in range(batch):
-                    if len(out) >= batch or (out and _bytes(out) >= max_bytes):
-                        break
-                    grants, expired = self.book.take_due(
-                        key, now_ms=now_ms, invisible_ms=invisible_ms, room=1
-                    )
-                    if not grants and not expired:
-                        break
-                    self._collect(grants, expired, {}, out, dead)
-                left = max_bytes - _bytes(out)
-                if out and left <= 0:
+                grants, expired = self.book.take_due(
+                    key, now_ms=now_ms, invisible_ms=invisible_ms, room=1
+                )
+                if not grants and not expired:
                     break
-                self._scan(key, tags, batch, invisible_ms, now_ms, fifo, out, dead, left)
-            self._dirty = True
+                taken += self._collect(grants, expired, {}, out, dead)
+            if out and taken >= max_bytes:
+                break
+            left = max_bytes - taken
+            taken += self._scan(key, end, tags, batch, invisible_ms, now_ms, fifo, out, dead, left)
+        self._dirty = True
         return out, dead
 
     def _scan(
         self,
         key: QueueKey,
+        end: int,
         tags: frozenset[str] | None,
         batch: int,
         invisible_ms: int,
@@ -219,40 +235,36 @@ class ConsumerPositions:
         out: list[Delivery],
         dead: list[DeadLetter],
         max_bytes: int,
-    ) -> None:
+    ) -> int:
+        """New messages of one queue (below ``end``, its end when the receive began) into
+        ``out``, at most ``max_bytes`` of records (the batch's first always comes); returns
+        the bytes added."""
+        left = max_bytes
         for _ in range(limits.RECEIVE_SCANS_PER_QUEUE_MAX):
             room = batch - len(out)
             # FIFO reads past held messages to find other groups' heads, so it reads a batch.
             start, count = self.book.scan_window(key, limits.RECEIVE_BATCH_MAX if fifo else room)
-            left = max_bytes - _bytes(out)
-            if room <= 0 or count <= 0 or (out and left <= 0):
-                return
-            if start >= self.store.queue_offsets(key.topic, key.queue_id)[1]:
-                return
+            if room <= 0 or count <= 0 or (out and left <= 0) or start >= end:
+                break
             read = self.store.read_queue(
                 key.topic, key.queue_id, start, count, tags=tags, max_bytes=max(1, left)
             )
             records, nxt = list(read.records), read.next_offset
             if out:  # the batch has its first message: nothing more past the byte bound
-                fit = 0
-                while fit < len(records) and records[fit].size <= left:
-                    left -= records[fit].size
+                fit, room_left = 0, left
+                while fit < len(records) and records[fit].size <= room_left:
+                    room_left -= records[fit].size
                     fit += 1
                 if fit < len(records):
                     records, nxt = records[:fit], records[fit].queue_offset
             if nxt <= start:
-                return
+                break
             cands = [Candidate(r.queue_offset, _group_of(r)) for r in records]
             grants, expired = self.book.offer(
-                key,
-                nxt,
-                cands,
-                now_ms=now_ms,
-                invisible_ms=invisible_ms,
-                room=room,
-                fifo=fifo,
+                key, nxt, cands, now_ms=now_ms, invisible_ms=invisible_ms, room=room, fifo=fifo
             )
-            self._collect(grants, expired, {r.queue_offset: r for r in records}, out, dead)
+            left -= self._collect(grants, expired, {r.queue_offset: r for r in records}, out, dead)
+        return max_bytes - left
 
     def _collect(
         self,
@@ -261,14 +273,19 @@ class ConsumerPositions:
         known: dict[int, Record],
         out: list[Delivery],
         dead: list[DeadLetter],
-    ) -> None:
+    ) -> int:
+        """Deliveries of ``grants`` into ``out``, dead letters of ``expired`` into ``dead``;
+        returns the bytes of the records added to ``out``."""
+        added = 0
         for g in grants:
             rec = known.get(g.queue_offset) or self._read(g.key, g.queue_offset)
             if rec is None:
                 continue
             receipt = Receipt(g.key.group, g.key.topic, g.key.queue_id, g.queue_offset, g.seq)
             out.append(Delivery(rec, self.codec.encode(receipt), g.attempt))
+            added += rec.size
         dead.extend(self._dead_letters(expired, known))
+        return added
 
     def _dead_letters(self, expired: list[Expired], known: dict[int, Record]) -> list[DeadLetter]:
         out: list[DeadLetter] = []
@@ -391,10 +408,6 @@ class ConsumerPositions:
             except BaseException:
                 self._dirty = True  # not on disk: the next save must write it
                 raise
-
-
-def _bytes(out: list[Delivery]) -> int:
-    return sum(d.record.size for d in out)
 
 
 def _group_of(rec: Record) -> str:

@@ -9,7 +9,6 @@ Must not: read the clock, touch files, or know about leases.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hmac
 import struct
@@ -28,6 +27,14 @@ _LONGEST_BYTES = (
     _HEAD.size + 4 * (limits.GROUP_NAME_LENGTH_MAX + limits.TOPIC_NAME_LENGTH_MAX) + _TAG_BYTES
 )
 assert -(-4 * _LONGEST_BYTES // 3) <= limits.RECEIPT_HANDLE_LENGTH_MAX
+# URL-safe base64 without padding, straight through binascii: what base64.urlsafe_b64encode and
+# urlsafe_b64decode do, without their four Python frames per handle (issue 17).
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
+def _b64(blob: bytes) -> str:
+    return binascii.b2a_base64(blob, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
 
 @dataclass(frozen=True)
@@ -56,16 +63,17 @@ class ReceiptCodec:
         invariant(r.queue_offset >= 0 and r.seq >= 0, "negative offset or seq")
         raw = _HEAD.pack(_VERSION, r.queue_id, r.queue_offset, r.seq, len(group), len(topic))
         raw += group + topic
-        return base64.urlsafe_b64encode(raw + self._tag(raw)).decode().rstrip("=")
+        return _b64(raw + self._tag(raw))
 
     def decode(self, text: str) -> Receipt:
         if not text or len(text) > limits.RECEIPT_HANDLE_LENGTH_MAX:
             raise InvalidReceiptHandleError("receipt handle is empty or too long")
         try:
-            blob = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        except (binascii.Error, ValueError) as exc:
+            padded = (text + "=" * (-len(text) % 4)).encode("ascii")
+            blob = binascii.a2b_base64(padded.translate(_FROM_URLSAFE))
+        except (binascii.Error, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise InvalidReceiptHandleError(f"receipt handle is not base64: {exc}") from exc
-        if base64.urlsafe_b64encode(blob).decode().rstrip("=") != text:
+        if _b64(blob) != text:
             # Stray characters or unused trailing bits: only the exact text we issued is valid.
             raise InvalidReceiptHandleError("receipt handle is not in canonical form")
         raw, tag = blob[:-_TAG_BYTES], blob[-_TAG_BYTES:]

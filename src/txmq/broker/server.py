@@ -4,8 +4,7 @@ Owns: routes (QueryRoute), client sessions (Heartbeat, Telemetry, NotifyClientTe
 producer RPCs (SendMessage, EndTransaction: ``produce.SendPath``, written on the loop and
 awaiting the fsync through ``durable.drive``, or in the executor when they may block), and
 answers for what txmq does not do (RecallMessage, SyncLiteSubscription: UNSUPPORTED). The
-consumer RPCs are delegated to the consumer side (``consume.ConsumeRpcs``); without one they
-answer UNSUPPORTED.
+consumer RPCs are the consumer side's handlers (``consume.ConsumeRpcs``), bound on the servicer.
 Errors travel in each response's Status, never as gRPC status codes: every handler turns a
 TxmqError into its code and anything else into INTERNAL_ERROR with a message, logged with its
 traceback, so a malformed request cannot crash the server.
@@ -88,6 +87,17 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.endpoint = endpoint
         self.now_ms = now_ms
         self.consume = consume
+        # The consumer RPCs are the consumer side's own handlers, bound here: no delegating
+        # frame (or, for a stream, a re-yielding generator) per call (issue 17).
+        self.QueryAssignment = consume.QueryAssignment
+        self.ReceiveMessage = consume.ReceiveMessage
+        self.AckMessage = consume.AckMessage
+        self.ChangeInvisibleDuration = consume.ChangeInvisibleDuration
+        self.ForwardMessageToDeadLetterQueue = consume.ForwardMessageToDeadLetterQueue
+        self.PullMessage = consume.PullMessage
+        self.UpdateOffset = consume.UpdateOffset
+        self.GetOffset = consume.GetOffset
+        self.QueryOffset = consume.QueryOffset
         self.membership = membership or Membership.solo(*endpoint, now_ms=now_ms)
         # Replication (replication.py): every write passes this before it is acknowledged.
         self.ack_gate: Callable[[], Awaitable[None]] | None = None
@@ -304,37 +314,6 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             return sv.EndTransactionResponse(status=mapping.status())
 
         return await answer(sv.EndTransactionResponse, work)
-
-    # --- Consuming: delegated. ------------------------------------------------------------------
-
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        return await self.consume.QueryAssignment(request, context)
-
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        async for item in self.consume.ReceiveMessage(request, context):
-            yield item
-
-    async def AckMessage(self, request: Any, context: Any) -> Any:
-        return await self.consume.AckMessage(request, context)
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        return await self.consume.ChangeInvisibleDuration(request, context)
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        return await self.consume.ForwardMessageToDeadLetterQueue(request, context)
-
-    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        async for item in self.consume.PullMessage(request, context):
-            yield item
-
-    async def UpdateOffset(self, request: Any, context: Any) -> Any:
-        return await self.consume.UpdateOffset(request, context)
-
-    async def GetOffset(self, request: Any, context: Any) -> Any:
-        return await self.consume.GetOffset(request, context)
-
-    async def QueryOffset(self, request: Any, context: Any) -> Any:
-        return await self.consume.QueryOffset(request, context)
 
     # --- Not supported. -------------------------------------------------------------------------
 

@@ -30,7 +30,6 @@ Layout, big-endian::
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
@@ -49,7 +48,7 @@ from txmq.errors import (
     MessagePropertiesTooLargeError,
     invariant,
 )
-from txmq.format.properties import properties_json
+from txmq.format.properties import properties_json, properties_value
 from txmq.model import Record, RecordDraft, TxnFlag
 
 RECORD_MAGIC: Final = 0xDAA320A8
@@ -353,7 +352,7 @@ def split_verified(
             (born,) = _I64.unpack_from(view, pos + BORN_TIMESTAMP_AT)
             strings, at = _strings(view, pos + FIXED_END, pos + total, -1)
             (n,) = _U32.unpack_from(view, at)
-            props = json.loads(bytes(view[at + 4 : at + 4 + n])) if n > 2 else {}
+            props = properties_value(view[at + 4 : at + 4 + n]) if n > 2 else {}
             at += 4 + n
             (n,) = _U32.unpack_from(view, at)
             if at + 4 + n != pos + total or not isinstance(props, dict):
@@ -464,7 +463,7 @@ def _decode_fields(view: memoryview, total: int, physical_offset: int) -> Record
         raise CorruptRecordError(physical_offset, f"stored physical offset {phys} differs")
     strings, pos = _strings(view, FIXED_END, total, physical_offset)
     (n,) = _U32.unpack_from(view, pos)
-    props_raw = json.loads(bytes(view[pos + 4 : pos + 4 + n]))
+    props_raw = properties_value(view[pos + 4 : pos + 4 + n])
     pos += 4 + n
     (n,) = _U32.unpack_from(view, pos)
     body = bytes(view[pos + 4 : pos + 4 + n])
@@ -480,7 +479,7 @@ def _decode_fields(view: memoryview, total: int, physical_offset: int) -> Record
         queue_offset=qoff,
         physical_offset=phys,
         size=total,
-        flag=TxnFlag(flag),
+        flag=_FLAGS[flag],  # IndexError (caught): not a TxnFlag
         store_timestamp_ms=store,
         born_timestamp_ms=born,
         born_host=strings[1],

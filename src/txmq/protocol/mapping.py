@@ -8,6 +8,7 @@ Must not: touch the store, sockets or the event loop.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -56,6 +57,9 @@ WIRE_TYPES: Mapping[MessageType, int] = {
     MessageType.TRANSACTION: pb.TRANSACTION,
 }
 MODEL_TYPES: Mapping[int, MessageType] = {v: k for k, v in WIRE_TYPES.items()}
+# ``is_internal_property`` behind a C-level cache: a property name's answer never changes, and
+# a delivered message asks it for each of its properties (a Python frame each, issue 17).
+_INTERNAL = functools.lru_cache(maxsize=1024)(is_internal_property)
 
 
 def status(code: int = CODE_OK, message: str = "OK") -> Any:
@@ -249,7 +253,7 @@ def message_from_record(
     """Build the wire Message a consumer (or a transaction checker) receives."""
     msg = pb.Message()
     msg.topic.name = topic or rec.topic
-    user = {k: v for k, v in rec.properties.items() if not is_internal_property(k)}
+    user = {k: v for k, v in rec.properties.items() if not _INTERNAL(k)}
     if extra_props:
         user.update(extra_props)
     for k, v in user.items():

@@ -286,8 +286,8 @@ class CommitLog:
                 raise OffsetNotFoundError(f"commit-log offset {offset} is outside the log")
             return self.segments[i]
 
-    def read(self, offset: int) -> Record:
-        """Read and verify the record at ``offset`` (paired check on the read side).
+    def read(self, offset: int, size_hint: int = 0) -> Record:
+        """Read and verify the record at ``offset``; one pread if ``size_hint`` is its size.
 
         Raises:
             OffsetNotFoundError: the offset is below the log start or at/after its end.
@@ -295,13 +295,13 @@ class CommitLog:
         """
         seg = self._segment_for(offset)
         pos = offset - seg.start
-        head = seg.handle.pread(codec.HEAD_SIZE, pos)
+        head = seg.handle.pread(max(codec.HEAD_SIZE, min(size_hint, seg.used - pos)), pos)
         if len(head) < codec.HEAD_SIZE:
             raise CorruptRecordError(offset, "truncated header")
         size, magic = codec.peek(head)
         if magic != codec.RECORD_MAGIC or not codec.RECORD_SIZE_MIN <= size <= seg.used - pos:
             raise CorruptRecordError(offset, f"no record here (magic {magic:#x}, size {size})")
-        return codec.decode(seg.handle.pread(size, pos), offset)
+        return codec.decode(head if len(head) == size else seg.handle.pread(size, pos), offset)
 
     def read_raw(self, offset: int, size: int) -> bytes:
         """Up to ``size`` unverified bytes at ``offset`` (to tell a damaged record from a wrong

@@ -194,6 +194,12 @@ class Dispatcher:
             cq = self.queues.get((topic, queue_id))
             return (cq, cq.min_offset, cq.max_offset) if cq else (None, 0, 0)
 
+    def queue_ends(self, topic: str, queue_ids: Iterable[int]) -> list[int]:
+        """The max offset (next to be assigned) of each queue, 0 when unknown, read at once."""
+        with self.lock:
+            queues = self.queues
+            return [cq.max_offset if (cq := queues.get((topic, q))) else 0 for q in queue_ids]
+
     def entries(self, cq: ConsumeQueue, start: int, count: int) -> tuple[int, list[CqEntry]]:
         """(where they start, up to ``count`` written entries): retention may have moved the
         queue's start past ``start`` since the caller looked, and then they begin there."""

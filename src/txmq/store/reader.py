@@ -74,15 +74,16 @@ class Reader:
         ``start`` since the caller looked, and then the entries begin there."""
         return self.dispatcher.entries(cq, start, count)
 
-    def read_live(self, physical_offset: int) -> Record | None:
-        """Read a record a queue or the index points at; None if retention deleted it. A
-        record that fails verification is read once more before the failure stands: a
-        transient read error must not make a reader skip a good record."""
+    def read_live(self, physical_offset: int, size_hint: int = 0) -> Record | None:
+        """Read a record a queue or the index points at (``size_hint``: its size if known);
+        None if retention deleted it. A record that fails verification is read once more
+        before the failure stands: a transient read error must not make a reader skip a good
+        record."""
         if physical_offset < self.log.start_offset:
             return None
         try:
             try:
-                return self.log.read(physical_offset)
+                return self.log.read(physical_offset, size_hint)
             except CorruptRecordError:
                 return self.log.read(physical_offset)
         except OffsetNotFoundError:
@@ -98,7 +99,7 @@ class Reader:
         for attempt in range(2):
             phys, size, _thash = entry
             try:
-                rec = self.read_live(phys)
+                rec = self.read_live(phys, size)
             except (CorruptRecordError, OffsetNotFoundError) as exc:
                 if self._damaged_in_log(phys, size, topic, queue_id, queue_offset):
                     self.health.record_damaged(phys, str(exc))

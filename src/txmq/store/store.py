@@ -96,7 +96,7 @@ class Store:
         )
         crashed = cpfile.crashed(disk, data_dir) or saved is None
         self.recovery: RecoveryReport = recover(self.log, self._dispatcher, saved, crashed=crashed)
-        self._drop_expired_entries()
+        self._dispatcher.drop_expired(self.log.start_offset)
         # Retention leaves dead index entries behind; drop them here, where a checkpoint
         # follows at once.
         self._dispatcher.compact_index(self.log.start_offset)
@@ -389,8 +389,11 @@ class Store:
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) of a queue; max is the next offset to be assigned. (0, 0) when unknown."""
-        _cq, lo, hi = self._dispatcher.queue_range(topic, queue_id)
-        return lo, hi
+        return self._dispatcher.queue_range(topic, queue_id)[1:]
+
+    def queue_ends(self, topic: str, queue_ids: Sequence[int]) -> list[int]:
+        """The max offset of each of ``queue_ids`` (as ``queue_offsets``), under one lock."""
+        return self._dispatcher.queue_ends(topic, queue_ids)
 
     def read_queue(
         self,
@@ -492,9 +495,5 @@ class Store:
                 self.log.delete_oldest()
                 deleted += 1
             if deleted:
-                self._drop_expired_entries()
+                self._dispatcher.drop_expired(self.log.start_offset)
             return deleted
-
-    def _drop_expired_entries(self) -> None:
-        """Move each queue's min offset past entries whose records retention deleted."""
-        self._dispatcher.drop_expired(self.log.start_offset)
