@@ -7,6 +7,7 @@ that what a producer sends is what a consumer gets (body, tag, keys, user proper
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -23,6 +24,7 @@ from txmq.model import (
     MessageType,
     Record,
     TxnFlag,
+    is_internal_property,
 )
 from txmq.protocol import mapping
 
@@ -261,12 +263,13 @@ def test_a_tampered_body_is_seen_as_corrupted_by_the_client() -> None:
     assert ClientMessage().fromProtobuf(m).corrupted
 
 
-def test_with_queue_changes_only_the_queue() -> None:
+def test_in_queue_changes_only_the_queue() -> None:
     d = mapping.draft_from_wire(wire(tag="t", keys=("k",)), queue_id=0, born_host="")
-    moved = mapping.with_queue(d, 5)
+    d = dataclasses.replace(d, reconsume_times=2, prepared_offset=7)
+    moved = d.in_queue(5)
     assert moved.queue_id == 5
-    assert moved == mapping.with_queue(moved, 5)
-    assert mapping.with_queue(moved, 0) == d
+    assert moved == dataclasses.replace(d, queue_id=5)
+    assert moved.in_queue(0) == d
 
 
 # Letters, digits, punctuation and symbols from any script: no whitespace or control characters,
@@ -280,7 +283,7 @@ _text = st.text(alphabet=st.characters(categories=("L", "N", "P", "S")), min_siz
     tag=st.one_of(st.just(""), _text.filter(lambda t: "||" not in t)),
     keys=st.lists(_text, max_size=4).map(tuple),
     props=st.dictionaries(
-        _text.filter(lambda k: not k.startswith(("TXMQ_", "REAL_", "TRAN_", "PGROUP", "__"))),
+        _text.filter(lambda k: not is_internal_property(k) and not k.startswith("__")),
         _text,
         max_size=4,
     ),

@@ -65,14 +65,11 @@ _waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = (
 )
 
 
-async def _durable(loop: asyncio.AbstractEventLoop, pending: Pending) -> None:
-    group = pending.group
-    if group is None:
-        return
+def _waiters_of(loop: asyncio.AbstractEventLoop) -> _Waiters:
     waiters = _waiters.get(loop)
     if waiters is None:
         waiters = _waiters[loop] = _Waiters(loop)
-    await waiters.wait(group)
+    return waiters
 
 
 async def drive(steps: Steps[T], executor: Executor) -> T:
@@ -83,14 +80,19 @@ async def drive(steps: Steps[T], executor: Executor) -> T:
     follows the log, and the cancellation propagates.
     """
     loop = asyncio.get_running_loop()
+    waiters: _Waiters | None = None
     try:
         pending = next(steps)
         while True:
-            try:
-                await _durable(loop, pending)
-            except asyncio.CancelledError:
-                loop.run_in_executor(executor, _finish, steps, pending)
-                raise
+            group = pending.group
+            if group is not None:  # None: durable at once (ASYNC mode, an empty batch)
+                if waiters is None:
+                    waiters = _waiters_of(loop)
+                try:
+                    await waiters.wait(group)
+                except asyncio.CancelledError:
+                    loop.run_in_executor(executor, _finish, steps, pending)
+                    raise
             pending = steps.send(None)
     except StopIteration as stop:
         result: T = stop.value

@@ -16,12 +16,12 @@ when ``needs_thread`` is false.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+
+from prometheus_client import Counter
 
 from txmq import limits
 from txmq.broker.delay import DelaySchedule, due_later
@@ -36,18 +36,20 @@ from txmq.format.record import validate_draft
 from txmq.model import (
     PROP_DELIVERY_TIMESTAMP_MS,
     PROP_MESSAGE_GROUP,
+    DecisionSource,
     EndRequest,
     MessageType,
     Outcome,
     Outgoing,
     RecordDraft,
+    value,
 )
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions
 from txmq.txn.steps import Steps, run_blocking
 
 
-@dataclass(frozen=True)
+@value
 class Sent:
     message_id: str
     transaction_id: str
@@ -61,7 +63,7 @@ class Sent:
         return self.queue_offset >= 0
 
 
-@dataclass(frozen=True)
+@value
 class Decided:
     outcome: Outcome
     topic: str
@@ -105,6 +107,10 @@ class SendPath:
         self.now_ms = now_ms
         self.body_size_max = body_size_max
         self._round_robin = itertools.count()
+        # Label children kept once used (a series appears when first counted, as before):
+        # ``labels()`` costs a lock and a few frames per call.
+        self._sent: dict[MessageType, Counter] = {}
+        self._decided: dict[tuple[Outcome, DecisionSource], Counter] = {}
 
     def pick_queue(
         self, info: TopicInfo, draft: RecordDraft, chosen: dict[str, int] | None = None
@@ -124,6 +130,12 @@ class SendPath:
             chosen[info.name] = queue
         return queue
 
+    def _sent_counter(self, mtype: MessageType) -> Counter:
+        sent = self._sent.get(mtype)
+        if sent is None:
+            sent = self._sent[mtype] = self.metrics.sends.labels(mtype.value)
+        return sent
+
     @staticmethod
     def check_type(info: TopicInfo, mtype: MessageType) -> None:
         if info.message_type is not mtype and not info.accepts_all:
@@ -131,15 +143,12 @@ class SendPath:
                 f"topic {info.name!r} accepts {info.message_type.value} messages, not {mtype.value}"
             )
 
-    def validate(
-        self, out: Outgoing, *, chosen: dict[str, int] | None = None
-    ) -> tuple[RecordDraft, TopicInfo]:
-        """Check one message against its topic and build its draft for the chosen queue
+    def validate(self, out: Outgoing, *, chosen: dict[str, int] | None = None) -> int:
+        """Check one message against its topic; returns the queue chosen for it
         (``pick_queue``). Raises typed errors and stores nothing when the message is refused."""
         info = self.topics.ensure(out.draft.topic, out.message_type, writing=True)
         self.check_type(info, out.message_type)
-        queue_id = self.pick_queue(info, out.draft, chosen)
-        return dataclasses.replace(out.draft, queue_id=queue_id), info
+        return self.pick_queue(info, out.draft, chosen)
 
     def send(
         self, msgs: Sequence[Outgoing | Exception], *, client_id: str
@@ -177,61 +186,68 @@ class SendPath:
                 out.append(msg)
                 continue
             try:
-                draft, _info = self.validate(msg, chosen=chosen)
-                mtype = msg.message_type
-                if mtype is MessageType.NORMAL:
+                queue_id = self.validate(msg, chosen=chosen)
+                if msg.message_type is MessageType.NORMAL:
+                    draft = msg.draft.in_queue(queue_id)
                     # The store's own checks, per message, so one bad message cannot fail the
                     # append it would share with the good ones.
                     validate_draft(draft, body_size_max=self.body_size_max)
                     plain.append((i, draft))
                     out.append(_PENDING)
                 else:
-                    out.append((yield from self._store(msg, draft, client_id=client_id)))
+                    out.append((yield from self._store(msg, queue_id, client_id=client_id)))
             except Exception as exc:
                 out.append(exc)
-        for chunk in _chunks(plain):
-            started = time.perf_counter()
-            try:
-                pending = self.store.append_many_nowait([d for _, d in chunk])
-                yield pending
-                results = self.store.durable(pending)
-            except Exception as exc:
-                for i, _ in chunk:
-                    out[i] = exc
-                continue
-            self.metrics.append_latency.observe(time.perf_counter() - started)
-            for (i, d), res in zip(chunk, results, strict=True):
-                invariant(res.queue_offset >= 0, "a normal append enters the consume queue")
-                self.metrics.sends.labels(MessageType.NORMAL.value).inc()
-                out[i] = Sent(d.message_id, "", d.topic, d.queue_id, res.queue_offset)
-        invariant(all(o is not _PENDING for o in out), "every message has an answer")
+        if plain:
+            for chunk in _chunks(plain):
+                started = time.perf_counter()
+                try:
+                    pending = self.store.append_many_nowait([d for _, d in chunk])
+                    yield pending
+                    results = self.store.durable(pending)
+                except Exception as exc:
+                    for i, _ in chunk:
+                        out[i] = exc
+                    continue
+                self.metrics.append_latency.observe(time.perf_counter() - started)
+                sent = self._sent_counter(MessageType.NORMAL)
+                for (i, d), res in zip(chunk, results, strict=True):
+                    invariant(res.queue_offset >= 0, "a normal append enters the consume queue")
+                    sent.inc()
+                    out[i] = Sent(d.message_id, "", d.topic, d.queue_id, res.queue_offset)
+            invariant(all(o is not _PENDING for o in out), "every message has an answer")
         return out
 
-    def _store(self, msg: Outgoing, draft: RecordDraft, *, client_id: str) -> Steps[Sent]:
+    def _store(self, msg: Outgoing, queue_id: int, *, client_id: str) -> Steps[Sent]:
         started = time.perf_counter()
         tid = ""
         mtype = msg.message_type
+        draft = msg.draft
         if mtype is MessageType.TRANSACTION:
-            immunity = msg.check_immunity_ms
             # RocketMQ 5 producers name no group on the wire: the topic is the group (see
             # clients.py), which is also what check-back uses to find a live producer.
             tid, res = yield from self.tx.prepare_steps(
-                draft, producer_group=draft.topic, client_id=client_id, check_immunity_ms=immunity
+                draft,
+                queue_id=queue_id,
+                producer_group=draft.topic,
+                client_id=client_id,
+                check_immunity_ms=msg.check_immunity_ms,
             )
             queue_offset = -1
             invariant(bool(tid), "a prepared transaction has an id")
         elif mtype is MessageType.DELAY and due_later(draft, self.now_ms()):
-            self.delay.schedule(draft)  # blocking: needs_thread sends such requests to a thread
+            # blocking: needs_thread sends such requests to a thread
+            self.delay.schedule(draft.in_queue(queue_id))
             queue_offset = -1
         else:
-            pending = self.store.append_many_nowait([draft])
+            pending = self.store.append_many_nowait([draft.in_queue(queue_id)])
             yield pending
             (res,) = self.store.durable(pending)
             queue_offset = res.queue_offset
             invariant(queue_offset >= 0, "a normal append enters the consume queue")
         self.metrics.append_latency.observe(time.perf_counter() - started)
-        self.metrics.sends.labels(mtype.value).inc()
-        return Sent(draft.message_id, tid, draft.topic, draft.queue_id, queue_offset)
+        self._sent_counter(mtype).inc()
+        return Sent(draft.message_id, tid, draft.topic, queue_id, queue_offset)
 
     def end(self, request: EndRequest) -> Decided:
         """``end_steps`` run to the end in this thread."""
@@ -250,5 +266,9 @@ class SendPath:
             message_id=request.message_id,
             block=block,
         )
-        self.metrics.outcomes.labels(outcome.value, request.source.value).inc()
+        decided = self._decided.get((outcome, request.source))
+        if decided is None:
+            labels = (outcome.value, request.source.value)
+            decided = self._decided[outcome, request.source] = self.metrics.outcomes.labels(*labels)
+        decided.inc()
         return Decided(outcome, request.topic)

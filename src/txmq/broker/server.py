@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
@@ -39,6 +38,10 @@ from txmq.txn.steps import DecisionInFlightError
 
 log = logging.getLogger("txmq.broker")
 T = TypeVar("T")
+# Replies copy these (CopyFrom) or return them as they are: gRPC only serializes a reply, and
+# nothing here changes one after it is returned.
+_OK = mapping.status()
+_END_OK = sv.EndTransactionResponse(status=_OK)
 
 
 async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]]) -> Any:
@@ -108,16 +111,9 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
 
     def notify_appended(self, topic: str, queue_id: int | None = None) -> None:
-        """Wake long polls on a queue (all queues of the topic when ``queue_id`` is None)."""
-        if queue_id is not None:
-            self.consume.notify_appended(topic, queue_id)
-            return
-        try:
-            count = self.topics.get(topic).queue_count
-        except errors.TopicNotFoundError:
-            return
-        for q in range(count):
-            self.consume.notify_appended(topic, q)
+        """Wake long polls on a queue (on any queue of the topic when ``queue_id`` is None:
+        ``ConsumeRpcs.notify_appended``'s -1, one call, not one per queue)."""
+        self.consume.notify_appended(topic, -1 if queue_id is None else queue_id)
 
     # --- Routing and sessions. ----------------------------------------------------------------
 
@@ -266,29 +262,32 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
                 await self.ack_gate()
             except errors.TxmqError as exc:
                 return sv.SendMessageResponse(status=fail(exc))
-        entries = []
+        return self._send_reply(msgs, outcomes, cid)
+
+    def _send_reply(self, msgs: list[Any], outcomes: list[Any], cid: str) -> Any:
+        """The reply: an entry per message, the top status OK or the first entry's failure.
+        Filled in place (``entries.add``, statuses copied from one OK), not built from
+        keyword arguments, which copy every nested message once more (issue 17)."""
+        reply = sv.SendMessageResponse()
+        top = None
         for msg, got in zip(msgs, outcomes, strict=True):
+            entry = reply.entries.add()
             if isinstance(got, Exception):
-                entries.append(
-                    sv.SendResultEntry(
-                        status=fail(got), message_id=msg.system_properties.message_id
-                    )
-                )
+                entry.status.CopyFrom(fail(got))
+                entry.message_id = msg.system_properties.message_id
+                if top is None:
+                    top = entry.status
                 continue
             if got.deliverable:
                 self.notify_appended(got.topic, got.queue_id)
             if got.transaction_id and cid:
                 self.clients.note_publisher(cid, got.topic)
-            entries.append(
-                sv.SendResultEntry(
-                    status=mapping.status(),
-                    message_id=got.message_id,
-                    transaction_id=got.transaction_id,
-                    offset=max(0, got.queue_offset),
-                )
-            )
-        top = next((e.status for e in entries if e.status.code != pb.OK), mapping.status())
-        return sv.SendMessageResponse(status=top, entries=entries)
+            entry.status.CopyFrom(_OK)
+            entry.message_id = got.message_id
+            entry.transaction_id = got.transaction_id
+            entry.offset = max(0, got.queue_offset)
+        reply.status.CopyFrom(_OK if top is None else top)
+        return reply
 
     def _outgoing(self, msg: Any, peer: str) -> Outgoing | Exception:
         """One SendMessage entry as the send path takes it, or the error refusing it."""
@@ -300,7 +299,8 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             return exc
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
-        async def work() -> Any:
+        # ``answer``'s body inline: no closure and inner coroutine per call (issue 17).
+        try:
             end = mapping.end_request_from_wire(request)
             try:
                 decided = await durable.drive(self.sends.end_steps(end, block=False), self.executor)
@@ -311,9 +311,11 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             if decided.outcome is Outcome.COMMITTED:
                 # The commit record is the message entering its queue: wake that topic.
                 self.notify_appended(decided.topic)
-            return sv.EndTransactionResponse(status=mapping.status())
-
-        return await answer(sv.EndTransactionResponse, work)
+            return _END_OK
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return sv.EndTransactionResponse(status=fail(exc))
 
     # --- Not supported. -------------------------------------------------------------------------
 

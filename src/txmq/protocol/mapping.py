@@ -156,7 +156,7 @@ def outgoing_from_wire(msg: Any, *, born_host: str, body_size_max: int) -> Outgo
             f"message_id must be 1..{limits.MESSAGE_ID_LENGTH_MAX} characters"
         )
     mtype = wire_message_type(msg)
-    draft = draft_from_wire(msg, queue_id=0, born_host=born_host)
+    draft = draft_from_wire(msg, queue_id=0, born_host=born_host, mtype=mtype)
     immunity = None
     if mtype is MessageType.TRANSACTION and sp.HasField("orphaned_transaction_recovery_duration"):
         immunity = duration_ms(sp.orphaned_transaction_recovery_duration)
@@ -185,8 +185,11 @@ def end_request_from_wire(request: Any) -> EndRequest:
     )
 
 
-def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
-    """Validate a wire message and turn it into a draft for ``queue_id``.
+def draft_from_wire(
+    msg: Any, *, queue_id: int, born_host: str, mtype: MessageType | None = None
+) -> RecordDraft:
+    """Validate a wire message and turn it into a draft for ``queue_id``; ``mtype`` is its
+    ``wire_message_type`` when the caller has it already.
 
     Raises typed input errors (tag, keys, properties, type conflicts); nothing is stored then.
     """
@@ -200,15 +203,18 @@ def draft_from_wire(msg: Any, *, queue_id: int, born_host: str) -> RecordDraft:
     if tag and (len(tag) > limits.TAG_LENGTH_MAX or "||" in tag or tag.strip() != tag):
         raise IllegalTagError(f"illegal tag {tag!r}")
     keys = tuple(sp.keys)
-    if len(keys) > limits.KEYS_PER_MESSAGE_MAX or any(
-        not k.strip() or len(k) > limits.KEY_LENGTH_MAX for k in keys
+    if keys and (
+        len(keys) > limits.KEYS_PER_MESSAGE_MAX
+        or any(not k.strip() or len(k) > limits.KEY_LENGTH_MAX for k in keys)
     ):
         raise IllegalKeyError("each key must be 1..255 non-blank characters, at most 32 keys")
-    props = dict(msg.user_properties)
+    # dict() of a protobuf map runs the Mapping mixin's keys() in Python: skipped when empty.
+    props = dict(msg.user_properties) if len(msg.user_properties) else {}
     for k in props:
         if not k or k in RESERVED_PROPERTIES or k.startswith(("TXMQ_", "REAL_", "TRAN_")):
             raise IllegalPropertyError(f"illegal or reserved property key {k!r}")
-    mtype = wire_message_type(msg)
+    if mtype is None:
+        mtype = wire_message_type(msg)
     if sp.message_group:
         if mtype is not MessageType.FIFO:
             raise MessageTypeConflictError("message_group is only allowed on FIFO messages")
@@ -284,18 +290,3 @@ def message_from_record(
         set_duration(sp.invisible_duration, invisible_ms)
     msg.body = rec.body
     return msg
-
-
-def with_queue(d: RecordDraft, queue_id: int) -> RecordDraft:
-    return RecordDraft(
-        topic=d.topic,
-        queue_id=queue_id,
-        body=d.body,
-        flag=d.flag,
-        message_id=d.message_id,
-        tag=d.tag,
-        keys=d.keys,
-        properties=d.properties,
-        born_timestamp_ms=d.born_timestamp_ms,
-        born_host=d.born_host,
-    )

@@ -182,8 +182,8 @@ class Store:
         for d in drafts:
             codec.validate_draft(d, body_size_max=self.config.body_size_max)
         with self._group.lock:
-            self._check_writable()
-            now = max(self.now_ms(), self._last_store_ms)
+            self._check_writable(clock := self.now_ms())
+            now = max(clock, self._last_store_ms)
             results, end, group = self._write_locked(drafts, now)
             self._last_store_ms = now
         return Pending(results, end, group)
@@ -197,11 +197,11 @@ class Store:
         self._group.check_durable(pending.group, pending.end)
         return pending.results
 
-    def _check_writable(self) -> None:
+    def _check_writable(self, now: int | None = None) -> None:
         if self._closed:
             raise StoreClosedError()
         self._group.check_writable()
-        now = self.now_ms()
+        now = self.now_ms() if now is None else now  # the caller's reading of the clock, if any
         self._appends += 1
         if self._appends % _DISK_CHECK_EVERY == 1 or now - self._disk_checked_ms >= _DISK_CHECK_MS:
             self._disk_used = self.disk.used_ratio(self.data_dir)

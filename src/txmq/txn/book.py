@@ -56,7 +56,7 @@ from txmq.errors import (
     TransactionConflictError,
     invariant,
 )
-from txmq.model import DecisionSource, Outcome
+from txmq.model import DecisionSource, Outcome, value
 
 # The route of transactions a server-side resolver owns; no producer group can be named this
 # because group names are non-empty topic names.
@@ -70,6 +70,8 @@ class TxnState(enum.Enum):
     COMMITTED = "committed"
     ROLLED_BACK = "rolled_back"
     DEAD = "dead"
+
+    __hash__ = object.__hash__  # by identity, as model.Outcome (issue 17)
 
 
 _TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
@@ -116,15 +118,16 @@ class Txn:
     undecided_state: TxnState = TxnState.PREPARED
 
     def transition_to(self, state: TxnState) -> None:
-        invariant(
-            state in _TRANSITIONS[self.state],
-            f"transaction {self.transaction_id}: illegal transition "
-            f"{self.state.value} -> {state.value}",
-        )
+        if state not in _TRANSITIONS[self.state]:  # the message formatted only on failure
+            invariant(
+                False,
+                f"transaction {self.transaction_id}: illegal transition "
+                f"{self.state.value} -> {state.value}",
+            )
         self.state = state
 
 
-@dataclass(frozen=True)
+@value
 class Decided:
     outcome: Outcome
     source: DecisionSource

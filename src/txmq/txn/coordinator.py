@@ -82,7 +82,7 @@ from txmq.txn.values import LiveGroups as LiveGroups
 from txmq.txn.values import Resolver as Resolver
 from txmq.txn.values import ResolverFn as ResolverFn
 from txmq.txn.values import TickDecision, is_claiming, live_predicate
-from txmq.txn.views import TxnViews
+from txmq.txn.views import OUTCOME_KEYS, TxnViews
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,7 @@ class Transactions(TxnViews):
         self.book = TxnBook(check_interval_ms=check_interval_ms, check_max=check_max)
         self._lock = threading.Lock()
         self._decided = threading.Condition(self._lock)
+        self._deciding_waits = 0  # threads in ``_decided.wait``: settling wakes only those
         self._tick = threading.Lock()  # one check-back tick at a time
         self._snapshotting = threading.Lock()  # one snapshot writer at a time (one temp file)
         self._preparing: set[str] = set()
@@ -181,12 +182,14 @@ class Transactions(TxnViews):
         transaction_id: str = "",
         client_id: str = "",
         check_immunity_ms: int | None = None,
+        queue_id: int | None = None,
     ) -> Steps[tuple[str, AppendResult]]:
-        """``prepare`` as steps: yields the store write to wait for (see ``Steps``)."""
+        """``prepare`` as steps (``Steps``); ``queue_id``: the real queue if not the draft's."""
         invariant(draft.flag is TxnFlag.NORMAL, "prepare takes the real message as a draft")
         tid = transaction_id or new_transaction_id()
         half = records.half_draft(
             draft,
+            queue_id=draft.queue_id if queue_id is None else queue_id,
             transaction_id=tid,
             producer_group=producer_group,
             client_id=client_id,
@@ -251,7 +254,9 @@ class Transactions(TxnViews):
                     break
                 if not block:
                     raise DecisionInFlightError(transaction_id)
+                self._deciding_waits += 1  # left high if wait raises: only extra wake-ups
                 self._decided.wait(timeout=_DECIDING_WAIT_S)
+                self._deciding_waits -= 1
             if begun is None:
                 return outcome
             txn = begun
@@ -273,7 +278,7 @@ class Transactions(TxnViews):
         with self._lock:
             self.book.finish(txn, outcome, source, self.now_ms())
             self._uncache_half(transaction_id)
-            key = f"{source.value}:{outcome.value}"
+            key = OUTCOME_KEYS[source, outcome]
             self._outcomes[key] = self._outcomes.get(key, 0) + 1
             self._settle(token)
         return outcome
@@ -294,7 +299,8 @@ class Transactions(TxnViews):
 
     def _settle(self, token: int) -> None:
         self._op_end(token)
-        self._decided.notify_all()
+        if self._deciding_waits:  # Condition.notify_all runs a few Python frames even idle
+            self._decided.notify_all()
 
     def _half(self, txn: Txn) -> Record:
         with self._lock:

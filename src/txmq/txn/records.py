@@ -58,6 +58,7 @@ _HALF_ONLY_PROPS = frozenset(
 def half_draft(
     draft: RecordDraft,
     *,
+    queue_id: int,
     transaction_id: str,
     producer_group: str,
     client_id: str,
@@ -68,7 +69,7 @@ def half_draft(
     props.update(
         {
             PROP_REAL_TOPIC: draft.topic,
-            PROP_REAL_QUEUE_ID: str(draft.queue_id),
+            PROP_REAL_QUEUE_ID: str(queue_id),
             PROP_TRANSACTION_ID: transaction_id,
             PROP_PRODUCER_GROUP: producer_group,
             PROP_CLIENT_ID: client_id,

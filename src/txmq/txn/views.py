@@ -13,9 +13,13 @@ import threading
 from collections.abc import Callable
 
 from txmq.errors import InvalidTransactionIdError
+from txmq.model import DecisionSource, Outcome
 from txmq.store.store import Store
 from txmq.txn.book import Txn, TxnBook, describe
 from txmq.txn.values import TxnMetrics
+
+# The key ``_outcomes`` counts each decision under: "source:outcome", e.g. "producer:committed".
+OUTCOME_KEYS = {(s, o): f"{s.value}:{o.value}" for s in DecisionSource for o in Outcome}
 
 
 class TxnViews:
