@@ -14,11 +14,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/txmq demo
 
+# The default suite on TEST_WORKERS pytest-xdist workers (0: one process, as before); a module
+# stays on one worker, and tests/spark/ shares one (one Spark session; tests/conftest.py).
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy src
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -q -m slow

@@ -1,7 +1,9 @@
-"""Shared fixtures: a seeded RNG (replay with TXMQ_SEED=...), a manual clock, small store config."""
+"""Shared fixtures: a seeded RNG (replay with TXMQ_SEED=...), a manual clock, small store config;
+and how `make test` spreads modules over pytest-xdist workers."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 from collections.abc import Iterator
@@ -34,3 +36,31 @@ def seed() -> Iterator[int]:
     value = int(os.environ.get("TXMQ_SEED", random.randrange(1 << 30)))
     print(f"TXMQ_SEED={value}")
     yield value
+
+
+# `make test` runs -n 2 --dist loadfile: each test module stays on one worker (its module-scoped
+# brokers and clusters are built once), and the modules that use the session-wide Spark session
+# share one, so the run starts one Spark session (a JVM, ~15-25 s on 2 cores), not one per
+# worker. A module missing here still passes, in a second session on the other worker.
+SPARK_SESSION_MODULES = frozenset(
+    f"tests/spark/test_{name}.py"
+    for name in (
+        "batch_and_errors",
+        "cluster_sink",
+        "cluster_source",
+        "failover",
+        "pipeline",
+        "stream_crash",
+    )
+)
+
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadFileScheduling
+
+    class _SparkTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "spark-session" if module in SPARK_SESSION_MODULES else module
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        return _SparkTogether(config, log) if config.getvalue("dist") == "loadfile" else None

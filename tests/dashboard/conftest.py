@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.apt import apt_lock
 from tests.integration.conftest import FAST, ROOT, BrokerProcess
 from txmq.dashboard.background import dashboard_process
 
@@ -51,10 +52,13 @@ def chromium_problem() -> str | None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return "no /usr/bin/chromium, and not root with apt-get to install Debian's chromium"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-        if r.returncode != 0:
-            return f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
+    with apt_lock():
+        if CHROMIUM.exists():  # another test process installed it meanwhile
+            return None
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
+            if r.returncode != 0:
+                return f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
     return None if CHROMIUM.exists() else "apt-get installed chromium but not /usr/bin/chromium"
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.apt import apt_lock
 from txmq.broker.etcd import Etcd
 from txmq.broker.etcd_server import PACKAGE_HINT, start_local_etcd
 
@@ -25,11 +26,14 @@ def ensure_etcd() -> None:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip(f"etcd is missing and this is not root with apt-get: {PACKAGE_HINT}")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    done = subprocess.run(
-        ["apt-get", "install", "-y", "etcd-server"],
-        env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S, check=False,
-    )  # fmt: skip
+    with apt_lock():
+        if shutil.which("etcd"):  # another test process installed it meanwhile
+            return
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        done = subprocess.run(
+            ["apt-get", "install", "-y", "etcd-server"],
+            env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S, check=False,
+        )  # fmt: skip
     if done.returncode != 0 or not shutil.which("etcd"):
         pytest.skip(f"apt-get install etcd-server failed: {done.stderr.strip()[-300:]}")
 
