@@ -31,6 +31,9 @@ def ok(*args: str) -> str:
     return r.stdout
 
 
+@pytest.mark.slow  # 8 interpreter starts (~6-13 s); test_offline.py's
+# test_help_on_every_command checks --help on every command in process, and every other test
+# here runs `python -m txmq.cli` itself.
 def test_help_everywhere() -> None:
     for cmd in (
         [],
