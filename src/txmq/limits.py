@@ -415,9 +415,8 @@ REPLICA_OBSERVE_PERIOD_MS: Final = 500
 # (Kafka's replica.lag.time.max.ms, shorter because our groups are local or on a LAN).
 REPLICA_LAG_MAX_MS: Final = 2_000
 # Deadline of one HTTP call to etcd's JSON gateway: a leader must notice an unreachable etcd
-# well inside its lease (three keepalive periods).
+# well inside its lease (three keepalive periods). A replica keeps ETCD_IDLE_MAX idle connections.
 ETCD_CALL_TIMEOUT_MS: Final = 1_000
-# Idle kept-alive connections a replica keeps to etcd (its leadership, list and leaders loops).
 ETCD_IDLE_MAX: Final = 4
 # A local etcd started by `txmq cluster up` (or a test) must answer within this long.
 ETCD_START_TIMEOUT_MS: Final = 15_000
