@@ -26,6 +26,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import Checker, consumer, drain, message, producer
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
+from txmq.broker.etcd import Etcd
+from txmq.broker.leadership import insync_key
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 
@@ -78,6 +80,24 @@ def replicas(tmp_path: Path, etcd: str, *extra: str) -> list[BrokerProcess]:
             tmp_path / name,
             [*FAST, "--etcd", etcd, "--replica-group", "g", "--broker-name", name, *extra],
         )
+        b.start()
+        out.append(b)
+    return out
+
+
+def replica_group(
+    tmp_path: Path, etcd: str, group: str, names: tuple[str, ...], insync: int
+) -> list[BrokerProcess]:
+    """Replicas ``names`` of ``group`` (SYNC ``insync`` of them), started; a set an earlier
+    run left in etcd for that group deleted first."""
+    Etcd(etcd).delete(insync_key("txmq", group))
+    out = []
+    for name in names:
+        b = BrokerProcess(
+            tmp_path / name,
+            [*FAST, "--etcd", etcd, "--replica-group", group, "--broker-name", name,
+             "--min-insync-replicas", str(insync)],
+        )  # fmt: skip
         b.start()
         out.append(b)
     return out

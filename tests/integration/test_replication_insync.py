@@ -18,8 +18,14 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from tests.integration.clients import consumer, drain
-from tests.integration.conftest import FAST, BrokerProcess, wait_until
-from tests.integration.test_replication import _send_raw, follower_has_topic, route, status
+from tests.integration.conftest import wait_until
+from tests.integration.test_replication import (
+    _send_raw,
+    follower_has_topic,
+    replica_group,
+    route,
+    status,
+)
 from txmq.broker.etcd import Etcd
 from txmq.broker.leadership import insync_key
 
@@ -36,16 +42,7 @@ def stored_set(etcd: str) -> list[str]:
 
 @pytest.fixture
 def group(tmp_path: Path, etcd_endpoint: str):  # type: ignore[no-untyped-def]  # noqa: F811
-    Etcd(etcd_endpoint).delete(insync_key("txmq", GROUP))  # a set left by an earlier run
-    started = []
-    for name in NAMES:
-        b = BrokerProcess(
-            tmp_path / name,
-            [*FAST, "--etcd", etcd_endpoint, "--replica-group", GROUP, "--broker-name", name,
-             "--min-insync-replicas", "2"],
-        )  # fmt: skip
-        b.start()
-        started.append(b)
+    started = replica_group(tmp_path, etcd_endpoint, GROUP, NAMES, 2)
     yield started
     for b in started:
         if b.proc is not None and b.running:

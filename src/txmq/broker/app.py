@@ -18,6 +18,7 @@ import functools
 import logging
 import signal
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -45,6 +46,8 @@ from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, invariant
 from txmq.protocol.client_security import ClientSecurity
+from txmq.store.acked import load_acked_end
+from txmq.store.disk import OsDisk
 from txmq.thread_names import name_os_thread
 
 log = logging.getLogger("txmq.broker")
@@ -248,6 +251,29 @@ def _lead_with(
     servicer.ack_gate = replication.acknowledge
 
 
+def visible_end(config: BrokerConfig, leadership: Leadership | None) -> int | None:
+    """Where a SYNC leader's read hold starts on open (ADR 0005): the end this replica knows
+    its group acknowledged (in memory since it started, or kept beside its log); records past
+    it stay unreadable until the in-sync replicas have them. None (everything readable): a
+    broker alone, or a replica without SYNC replication (its durable end is its acknowledged
+    end)."""
+    if leadership is None or config.min_insync_replicas <= 1:
+        return None
+    kept = load_acked_end(OsDisk(), config.data_dir / "store", sys.maxsize)
+    return max(leadership.committed, kept)
+
+
+def _open_parts(config: BrokerConfig, leadership: Leadership | None) -> Parts:
+    parts = Parts(config, visible_end=visible_end(config, leadership))
+    got = parts.store.recovery
+    if got.held_count:
+        log.info(
+            "%d records past offset %s held from readers until the in-sync replicas have them",
+            got.held_count, got.held_from,
+        )  # fmt: skip
+    return parts
+
+
 async def serve(
     config: BrokerConfig,
     *,
@@ -277,7 +303,7 @@ async def serve(
     credentials = server_credentials(config)
     open_broker_notice(config.acl_file)
     executor = _executor()
-    parts = Parts(config)
+    parts = _open_parts(config, leadership)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []
     guard = None

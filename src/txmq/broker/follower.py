@@ -53,6 +53,7 @@ from txmq.errors import (
 )
 from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
+from txmq.store.acked import AckedEnd
 from txmq.store.epochs import EpochFile, EpochStart, divergence_point
 from txmq.store.identity import incarnation
 from txmq.store.replica import (
@@ -120,6 +121,7 @@ class Follower:
             shutil.rmtree(discarded)
         self.store = Store.open(self.store_dir, config.store, now_ms=leadership.clock)
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
+        self.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.topics = TopicRegistry(
             config.data_dir / "topics.json", self.store.disk, auto_create=False, default_queues=1
         )
@@ -218,6 +220,8 @@ class Follower:
         # What the group acknowledged, as far as this log holds it: never cut (ADR 0005).
         committed = min(int(header.get("committed", 0)), self.store.log_end_offset)
         self.leadership.committed = max(self.leadership.committed, committed)
+        if self.acked.due(self.leadership.committed, now):  # where a promotion's hold starts
+            await asyncio.to_thread(self.acked.save, self.leadership.committed, now)
         self.fetched_ms = now
         if self.store.log_end_offset >= self.leader_end:
             self.caught_up_ms = now
@@ -313,6 +317,7 @@ class Follower:
         self.truncations += 1
         self.store = Store.open(self.store_dir, self.config.store, now_ms=self.leadership.clock)
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
+        self.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.last = tail_of(self.store)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -70,6 +70,7 @@ class Parts:
         *,
         resolvers: list[Resolver] | None = None,
         now_ms: Callable[[], int] = wall_ms,
+        visible_end: int | None = None,
     ) -> None:
         self.config = config
         # The broker's one clock, injected into every part that reads time.
@@ -78,7 +79,10 @@ class Parts:
         d.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_data_dir(d)
         try:
-            self.store = Store.open(d / "store", config.store, now_ms=now_ms)
+            # ``visible_end``: a SYNC leader's read hold starts there (Store.open, ADR 0005).
+            self.store = Store.open(
+                d / "store", config.store, now_ms=now_ms, visible_end=visible_end
+            )
         except BaseException:
             os.close(self._lock_fd)
             raise

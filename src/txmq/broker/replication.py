@@ -50,6 +50,7 @@ from txmq.errors import (
     invariant,
 )
 from txmq.protocol import channels
+from txmq.store.acked import AckedEnd
 from txmq.store.epochs import EpochFile
 from txmq.store.replica import (
     DivergedError,
@@ -98,8 +99,12 @@ class Replication:
         # so a fetch wakes only the acks it satisfies (not every waiting one, every time).
         self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
         self._acks_made = 0
-        # With SYNC replication readers see a record only once min_insync replicas have it.
+        # With SYNC replication readers see a record only once min_insync replicas have it,
+        # from the end known to be acknowledged when the store opened (ADR 0005).
         self.hold = Hold(store) if min_insync > 1 else None
+        invariant(self.hold is not None or store.recovery.held_from is None, "a hold for them")
+        self.acked = AckedEnd(store.disk, store.data_dir, store.log.end_offset)
+        self._saving: asyncio.Task[None] | None = None
         # Followers are shipped what is written out, before our fsync (theirs runs alongside;
         # acks still wait for both): the flusher wakes their long polls once it wrote a group.
         loop = asyncio.get_running_loop()
@@ -217,9 +222,7 @@ class Replication:
                 name, incarnation,
             )  # fmt: skip
         self._store_set(now)
-        committed = 0
         if self.hold is not None:
-            committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
             # Every held record is durable here already, so only the followers bound it.
             up_to = self.insync.followers_end(self.min_insync, now)
             most = limits.REPLICA_INLINE_RECORDS_MAX
@@ -230,6 +233,7 @@ class Replication:
                 self.hold.release(up_to)  # a few queue entries: cheaper than a thread hop
         self._wake_acks(now)
         await self._wait_written(start)
+        committed = self._committed() if self.hold is not None else 0
         end = written_out_end(self.store)
         if end - start <= limits.REPLICA_INLINE_SHIP_BYTES:
             shipment = ship(self.store, start, end=end)  # a few page-cache reads: no hop
@@ -248,6 +252,25 @@ class Replication:
             if self.positions is not None:
                 header["positions"] = json.loads(self.positions())
         return header, shipment.data
+
+    def _committed(self) -> int:
+        """The group's durable end now (every stored in-sync member holds every byte below it:
+        readers may see it, here and on whichever of them leads next), kept as this replica's
+        known acknowledged end, in memory and lazily beside the log (store/acked.py)."""
+        now = self.leadership.clock()
+        committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
+        self.leadership.committed = max(self.leadership.committed, committed)
+        if self._saving is None and self.acked.due(committed, now):
+            self._saving = asyncio.get_running_loop().create_task(self._save_acked(committed, now))
+        return committed
+
+    async def _save_acked(self, end: int, now_ms: int) -> None:
+        try:
+            await asyncio.to_thread(self.acked.save, end, now_ms)
+        except OSError as exc:  # the file keeps a lower end: more is held after a restart
+            log.warning("acknowledged end %d not saved: %s", end, exc)
+        finally:
+            self._saving = None
 
     def epochs_of(self, args: dict[str, Any]) -> dict[str, Any]:
         """This leader's epoch history and log end (written out: what it ships) (Kafka's

@@ -334,6 +334,21 @@ class BrokerClient:
         header, blob = self._data("PullRecords", args)
         return Pulled(blob, int(header["count"]), int(header["next_offset"]))
 
+    def _pull_some(self, topic: str, queue_id: int, offset: int, max_count: int) -> Pulled:
+        """``pull``; on a replica group, an answer without records is asked again, with pauses,
+        for up to SPARK_FAILOVER_S_MAX: a new leader shows what its log holds past the end it
+        knows was acknowledged only once its in-sync followers have it (ADR 0005), so right
+        after a failover a queue can end for a while before an offset the old leader showed."""
+        deadline = time.monotonic() + limits.SPARK_FAILOVER_S_MAX
+        for attempt in range(limits.SPARK_FAILOVER_TURNS_MAX):
+            got = self.pull(topic, queue_id, offset, max_count)
+            pause = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
+            alone = len(self._channels) == 1
+            if got.next_offset > offset or alone or time.monotonic() + pause > deadline:
+                return got
+            time.sleep(pause)  # published once the followers confirm it: no event to wait on
+        return got
+
     def _data(self, method: str, args: dict[str, Any]) -> tuple[dict[str, Any], memoryview]:
         """Call the data channel: (the reply's JSON header, the bytes after it). A refusal
         raises its typed error (``protocol.channels``)."""
@@ -377,13 +392,14 @@ class BrokerClient:
 
         Raises IllegalOffsetError when ``start`` is below the retained range, and
         RemoteProtocolError when the queue ends before ``end`` (a range is only ever built
-        from offsets the broker reported, so a short queue means lost data, never "done").
+        from offsets the broker reported, so a short queue means lost data, never "done"; on a
+        replica group, once it stayed short for SPARK_FAILOVER_S_MAX: ``_pull_some``).
         """
         if start >= end:
             return
         with ThreadPoolExecutor(1, thread_name_prefix="txmq-pull") as pool:
             offset = start
-            ahead = pool.submit(self.pull, topic, queue_id, offset, end - offset)
+            ahead = pool.submit(self._pull_some, topic, queue_id, offset, end - offset)
             while True:
                 got = ahead.result()
                 if got.next_offset <= offset:
@@ -393,7 +409,7 @@ class BrokerClient:
                     )
                 offset = got.next_offset
                 if offset < end:
-                    ahead = pool.submit(self.pull, topic, queue_id, offset, end - offset)
+                    ahead = pool.submit(self._pull_some, topic, queue_id, offset, end - offset)
                 yield got
                 if offset >= end:
                     return

@@ -257,11 +257,11 @@ class Reader:
                 hi = mid
         return lo
 
-    def scan(self, from_offset: int, max_count: int) -> list[Record]:
-        """See ``Store.scan``. Bounded: each round either fills ``out`` or moves past a
-        damaged record to the next one that verifies."""
+    def scan(self, from_offset: int, max_count: int, *, end: int | None = None) -> list[Record]:
+        """See ``Store.scan`` (below ``end``, default the visible end). Bounded: each round
+        either fills ``out`` or moves past a damaged record to the next one that verifies."""
         out: list[Record] = []
-        end = self.dispatcher.end
+        end = self.dispatcher.end if end is None else end
         offset, retried = from_offset, -1
         while len(out) < max_count and offset < end:
             bad = None

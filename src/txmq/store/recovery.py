@@ -25,19 +25,31 @@ corruption (ADR 0003), never data to skip.
 
 A missing or unreadable checkpoint, or a derived file shorter than the checkpoint says, means the
 derived data cannot be trusted: it is wiped and rebuilt from the log start.
+
+With ``visible_end`` (a replica opening as a SYNC leader, ADR 0005) only the records ending at
+or below it are dispatched; the rest are verified as usual and handed back in the report
+(``held``) for the read hold (store/replica.Hold) to publish once the in-sync replicas have
+them. The caller's checkpoint must not vouch past ``visible_end`` (``Store`` cuts it first).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from txmq.errors import CorruptRecordError
-from txmq.format.record import Entry, decode_entry
+from txmq.format.record import Entry, decode_entry, enters_queue
+from txmq.store import checkpoint as cpfile
 from txmq.store.checkpoint import Checkpoint
 from txmq.store.commit_log import CommitLog, blank_span_reason
+from txmq.store.disk import Disk
 from txmq.store.dispatch import Dispatcher
 from txmq.store.segment import iter_raw
+from txmq.store.truncate import checkpoint_at
+
+log_ = logging.getLogger(__name__)
 
 # Records dispatched per publish during recovery: one pwrite per queue and one for the index.
 _PUBLISH_EVERY: Final = 8192
@@ -51,6 +63,11 @@ class RecoveryReport:
     truncated_bytes: int
     records_redispatched: int
     rebuilt: bool = False
+    # Past ``visible_end``: verified, not dispatched: from where, how many, and the next queue
+    # offset of each queue they enter.
+    held_from: int | None = None
+    held_count: int = 0
+    held_queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +80,32 @@ class _Scan:
     count: int = 0
     bad_at: int = -1
     bad_reason: str = ""
+    visible_end: int | None = None
+    held_from: int | None = None
+    held_count: int = 0
+    held_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def publish(self, dispatcher: Dispatcher, end: int) -> None:
+        """Dispatch the ready records (visible below ``end``), but keep back those past
+        ``visible_end`` (counted, not kept: store/replica.Hold reads them again when it
+        publishes them); then the visible end stops at the first one kept back."""
+        shown = self.ready
+        if self.visible_end is not None:
+            cut = self.visible_end
+            n = next((i for i, e in enumerate(shown) if e.physical_offset + e.size > cut), None)
+            if n is not None:
+                if self.held_from is None:
+                    self.held_from = shown[n].physical_offset
+                for e in shown[n:]:
+                    if enters_queue(e.flag):
+                        self.held_ends[(e.topic, e.queue_id)] = e.queue_offset + 1
+                self.held_count += len(shown) - n
+                shown = shown[:n]
+            if self.held_from is not None:
+                end = self.held_from
+        dispatcher.publish(shown, end)
+        self.count += len(shown)
+        self.ready = []
 
     def take(self, e: Entry) -> str:
         """Accept one verified record; return a reason if it breaks batch framing."""
@@ -84,7 +127,12 @@ class _Scan:
 
 
 def recover(
-    log: CommitLog, dispatcher: Dispatcher, checkpoint: Checkpoint | None, *, crashed: bool
+    log: CommitLog,
+    dispatcher: Dispatcher,
+    checkpoint: Checkpoint | None,
+    *,
+    crashed: bool,
+    visible_end: int | None = None,
 ) -> RecoveryReport:
     """Recover; see the module docstring.
 
@@ -93,7 +141,7 @@ def recover(
             that ends before the checkpoint (durable data is missing).
     """
     start, rebuilt = _start(log, dispatcher, checkpoint)
-    scan = _Scan([], [], start)
+    scan = _Scan([], [], start, visible_end=visible_end)
     _walk(log, start, dispatcher, scan)
     truncated = 0
     if scan.bad_at >= 0 or scan.batch:
@@ -107,9 +155,39 @@ def recover(
         cut = scan.batch[0].physical_offset if scan.batch else at
         truncated = log.end_offset - cut
         log.truncate(cut)
-    dispatcher.publish(scan.ready, log.end_offset)
-    scan.count += len(scan.ready)
-    return RecoveryReport(crashed, start, log.end_offset, truncated, scan.count, rebuilt)
+    scan.publish(dispatcher, log.end_offset)
+    return RecoveryReport(
+        crashed, start, log.end_offset, truncated, scan.count + scan.held_count, rebuilt,
+        scan.held_from, scan.held_count, scan.held_ends,
+    )  # fmt: skip
+
+
+def recover_store(
+    log: CommitLog,
+    data_dir: Path,
+    disk: Disk,
+    entries_per_file: int,
+    *,
+    visible_end: int | None = None,
+) -> tuple[Dispatcher, RecoveryReport]:
+    """Open the derived data (queues, index) of the store in ``data_dir`` and ``recover``. With
+    ``visible_end``, a checkpoint vouching past it is first cut back to it (durable before the
+    derived files are cut to it), so that what lies past it can be held back."""
+    saved = cpfile.load(disk, data_dir)
+    if visible_end is not None:
+        visible_end = min(max(visible_end, log.start_offset), log.end_offset)
+        if saved is not None and saved.log_offset > visible_end:
+            try:
+                saved = checkpoint_at(log, saved, visible_end)
+                cpfile.save(disk, data_dir, saved)
+            except CorruptRecordError as exc:
+                log_.warning("checkpoint not cut to %d (%s): rebuilding", visible_end, exc)
+                saved = None
+    # No checkpoint means recovery rebuilds the index anyway: do not load it first.
+    dispatcher = Dispatcher(data_dir, disk, entries_per_file, load_index=saved is not None)
+    crashed = cpfile.crashed(disk, data_dir) or saved is None
+    report = recover(log, dispatcher, saved, crashed=crashed, visible_end=visible_end)
+    return dispatcher, report
 
 
 def _start(log: CommitLog, dispatcher: Dispatcher, cp: Checkpoint | None) -> tuple[int, bool]:
@@ -145,9 +223,7 @@ def _walk(log: CommitLog, start: int, dispatcher: Dispatcher, scan: _Scan) -> No
                 if reason:
                     return scan.fail(item.offset, reason)
                 if len(scan.ready) >= _PUBLISH_EVERY:
-                    dispatcher.publish(scan.ready, scan.good_end)
-                    scan.count += len(scan.ready)
-                    scan.ready = []
+                    scan.publish(dispatcher, scan.good_end)
             elif item.kind == "bad":
                 return scan.fail(item.offset, item.reason)
             elif item.kind == "blank":

@@ -45,12 +45,12 @@ from txmq.store.ballast import Ballast
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.disk import Disk, OsDisk
-from txmq.store.dispatch import Dispatcher
 from txmq.store.flush import Group, GroupCommit
 from txmq.store.health import Health
 from txmq.store.reader import Reader
-from txmq.store.recovery import RecoveryReport, recover
+from txmq.store.recovery import recover_store
 from txmq.store.repair import Scrubber, rebuild_queue
+from txmq.store.retention import delete_expired
 
 # Disk usage is checked every this many appends or milliseconds, whichever comes first: a
 # statvfs per append would cost more than the write.
@@ -74,7 +74,14 @@ class Pending:
 class Store:
     """See the module docstring. Thread-safe; open with ``Store.open``."""
 
-    def __init__(self, data_dir: Path, config: StoreConfig, now_ms: Callable[[], int], disk: Disk):
+    def __init__(
+        self,
+        data_dir: Path,
+        config: StoreConfig,
+        now_ms: Callable[[], int],
+        disk: Disk,
+        visible_end: int | None = None,
+    ):
         self.data_dir = data_dir
         self.config = config
         self.now_ms = now_ms
@@ -89,13 +96,9 @@ class Store:
             config.segment_size_bytes,
             before_growth=self._check_growth,
         )
-        saved = cpfile.load(disk, data_dir)
-        # No checkpoint means recovery rebuilds the index anyway: do not load it first.
-        self._dispatcher = Dispatcher(
-            data_dir, disk, config.consume_queue_entries_per_file, load_index=saved is not None
+        self._dispatcher, self.recovery = recover_store(
+            self.log, data_dir, disk, config.consume_queue_entries_per_file, visible_end=visible_end
         )
-        crashed = cpfile.crashed(disk, data_dir) or saved is None
-        self.recovery: RecoveryReport = recover(self.log, self._dispatcher, saved, crashed=crashed)
         self._dispatcher.drop_expired(self.log.start_offset)
         # Retention leaves dead index entries behind; drop them here, where a checkpoint
         # follows at once.
@@ -108,6 +111,7 @@ class Store:
         self._retention_lock = threading.Lock()
         self._checkpointed = -1
         self._next_queue_offset = self._dispatcher.next_queue_offsets()
+        self._next_queue_offset.update(self.recovery.held_queue_ends)  # held from readers only
         self._closed = False
         self._appends = 0
         self._disk_checked_ms = -_DISK_CHECK_MS
@@ -137,13 +141,15 @@ class Store:
         *,
         now_ms: Callable[[], int],
         disk: Disk | None = None,
+        visible_end: int | None = None,
     ) -> Store:
-        """Create or recover the store in ``data_dir``.
+        """Create or recover the store in ``data_dir``; records past ``visible_end`` are not
+        made readable (``recovery.held``, for the caller's store/replica.Hold: ADR 0005).
 
         Raises:
             CorruptRecordError: mid-log corruption, or a torn tail after a clean shutdown.
         """
-        return cls(Path(data_dir), config or StoreConfig(), now_ms, disk or OsDisk())
+        return cls(Path(data_dir), config or StoreConfig(), now_ms, disk or OsDisk(), visible_end)
 
     # --- Writing. ------------------------------------------------------------------------------
 
@@ -364,24 +370,32 @@ class Store:
         """Why the store refuses writes, or "" while it accepts them."""
         return self._group.fenced
 
-    def read_at(self, physical_offset: int) -> Record:
-        """The record at ``physical_offset``.
+    def read_at(self, physical_offset: int, *, held: bool = False) -> Record:
+        """The record at ``physical_offset``; with ``held``, also one durable but held back
+        from readers (a SYNC leader's read hold: the transaction book reads those).
 
         Raises:
-            OffsetNotFoundError: outside the retained, visible log.
+            OffsetNotFoundError: outside the retained, visible (or held) log.
             CorruptRecordError: the bytes there fail verification.
         """
         self._check_open()
-        if physical_offset >= self._dispatcher.end:
+        if physical_offset >= (self._group.durable_end if held else self._dispatcher.end):
             raise OffsetNotFoundError(f"commit-log offset {physical_offset} is not visible")
         return self.log.read(physical_offset)
 
-    def scan(self, from_offset: int, max_count: int) -> list[Record]:
-        """Visible records of every flag in log order from ``from_offset`` (a record
-        boundary; below the log start means from the start). A damaged record is reported in
-        ``health`` and skipped, the scan going on at the next record that verifies."""
+    def scan(self, from_offset: int, max_count: int, *, held: bool = False) -> list[Record]:
+        """Visible (with ``held``: also held, as ``read_at``) records of every flag in log order
+        from ``from_offset`` (a record boundary; below the log start means from the start). A
+        damaged record is reported in ``health`` and skipped, the scan going on at the next
+        record that verifies."""
         self._check_open()
-        return self._reader.scan(from_offset, max_count)
+        end = self._group.durable_end if held else None
+        return self._reader.scan(from_offset, max_count, end=end)
+
+    @property
+    def durable_end_offset(self) -> int:
+        """Next physical offset after the last durable record, visible or held back."""
+        return self._group.durable_end
 
     def queues(self) -> dict[str, int]:
         """Topic -> number of queue ids seen (highest id + 1)."""
@@ -471,29 +485,6 @@ class Store:
     # --- Retention. ------------------------------------------------------------------------------
 
     def delete_expired_segments(self, *, keep_from_offset: int) -> int:
-        """Delete whole segments whose records are all older than ``retention_ms`` and which lie
-        wholly below ``keep_from_offset`` (the oldest pending half). Never the active segment.
-
-        A segment's last record is no newer than the first record of the next segment (store
-        timestamps never decrease), so that first record's store time stands for it without
-        reading the whole segment. Returns the number of segments deleted.
-        """
+        """See ``retention.delete_expired``."""
         self._check_open()
-        with self._retention_lock:
-            # Deleted segments must lie below the checkpoint (recovery). On a full disk the last
-            # checkpoint bounds what goes: retention must still free space then.
-            self._checkpoint_if_room()
-            cutoff = self.now_ms() - self.config.retention_ms
-            deleted = 0
-            while len(self.log.segments) > 1:
-                nxt = self.log.segments[1].start
-                if nxt > keep_from_offset or nxt > self._checkpointed:
-                    break
-                first_ms = self.log.first_timestamp_of(1)
-                if first_ms is None or first_ms >= cutoff:
-                    break
-                self.log.delete_oldest()
-                deleted += 1
-            if deleted:
-                self._dispatcher.drop_expired(self.log.start_offset)
-            return deleted
+        return delete_expired(self, keep_from_offset)

@@ -14,7 +14,8 @@ next, and a kill -9 after any of them leaves a store that opens consistent:
 2. a checkpoint that vouches past ``offset`` is replaced by one at ``offset``: the records in
    [offset, its log offset) are read from the log; each of their queues keeps the entries
    below the first queue offset among them, the index loses one entry per hash they added.
-   (Stopped here: the next open cuts the derived files and re-dispatches the tail.)
+   (Stopped here: the next open cuts the derived files and re-dispatches the tail.) The
+   acknowledged end kept beside the log (store/acked.py) comes down to ``offset`` too;
 3. the commit log: later segments removed, last first (directory fsynced), then the segment
    holding ``offset`` cut and fsynced (stopped half-way: the log ends at a segment boundary
    past ``offset``, still whole);
@@ -31,6 +32,7 @@ from pathlib import Path
 from txmq.errors import CorruptRecordError, invariant
 from txmq.format.record import enters_queue
 from txmq.store import checkpoint as cpfile
+from txmq.store.acked import cut_acked_end
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.disk import Disk
@@ -67,8 +69,9 @@ def truncate_closed(
         after_step("marked")
         saved = cpfile.load(disk, store_dir)
         if saved is not None and saved.log_offset > offset:
-            cpfile.save(disk, store_dir, _checkpoint_at(log, saved, offset))
+            cpfile.save(disk, store_dir, checkpoint_at(log, saved, offset))
         after_step("checkpoint")
+        cut_acked_end(disk, store_dir, offset)  # never vouching past the cut (store/acked.py)
         if offset < log.end_offset:
             log.truncate(offset)
         after_step("log")
@@ -79,7 +82,7 @@ def truncate_closed(
     return end - offset
 
 
-def _checkpoint_at(log: CommitLog, saved: cpfile.Checkpoint, offset: int) -> cpfile.Checkpoint:
+def checkpoint_at(log: CommitLog, saved: cpfile.Checkpoint, offset: int) -> cpfile.Checkpoint:
     """What ``saved`` vouches for below ``offset``: it minus the records in between."""
     queues = dict(saved.queues)
     index_entries = saved.index_entries

@@ -305,7 +305,7 @@ class Transactions(TxnViews):
     def _half(self, txn: Txn) -> Record:
         with self._lock:
             half = self._halves.get(txn.transaction_id)
-        return self.store.read_at(txn.half_offset) if half is None else half
+        return self.store.read_at(txn.half_offset, held=True) if half is None else half
 
     def _cache_half(self, half: Record) -> None:
         """Under the lock."""

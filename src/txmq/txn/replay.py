@@ -41,7 +41,9 @@ def load_book(
         if loaded < 0:
             book = TxnBook(check_interval_ms=book.check_interval_ms, check_max=book.check_max)
         offset = max(offset, loaded)
-    end = store.log_end_offset
+    # Through records held back from readers (a SYNC leader's read hold, ADR 0005): they are
+    # this leader's log, and their transactions are decided and checked here like any other.
+    end = store.durable_end_offset
     rewrite = False
     if offset > end:
         # The log ends below the snapshot (a tail was truncated). Keep what the snapshot knows
@@ -52,7 +54,7 @@ def load_book(
     for _ in range(1 + (end - offset) // 64):  # bounded: every record is >= 64 bytes
         if offset >= end:
             break
-        batch = store.scan(offset, limits.TRANSACTION_REPLAY_BATCH)
+        batch = store.scan(offset, limits.TRANSACTION_REPLAY_BATCH, held=True)
         if not batch:
             break
         for rec in batch:
