@@ -302,14 +302,14 @@ class ConsumeRpcs:
         if len(request.entries) > limits.ACK_ENTRIES_MAX:
             too_many = BadRequestError(f"at most {limits.ACK_ENTRIES_MAX} entries per AckMessage")
             return sv.AckMessageResponse(status=fail(too_many))
-        top = mapping.status()
+        ok = top = mapping.status()  # messages copy a status given to them: one serves all
         results = []
         for e in request.entries:
             try:
                 # In memory only (a receipt check and the delivery book), so it runs on the
                 # loop: an executor round trip costs more CPU than the ack itself.
                 self.positions.ack(request.group.name, e.receipt_handle)
-                st = mapping.status()
+                st = ok
                 self.metrics.acks.inc()
             except Exception as exc:
                 st = fail(exc)

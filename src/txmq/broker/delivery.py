@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
-from txmq.model import Record
+from txmq.model import Record, value
 
 # A lease picked for the DLQ stays invisible this long while the copy is appended; if the
 # append fails, the sweep decides again after it instead of losing the message.
@@ -57,7 +57,7 @@ class Lease:
     dead: bool = False
 
 
-@dataclass(frozen=True)
+@value
 class Grant:
     """Deliver this offset now, with this attempt number; the receipt handle carries ``seq``."""
 
@@ -67,7 +67,7 @@ class Grant:
     seq: int
 
 
-@dataclass(frozen=True)
+@value
 class Expired:
     """Dead-letter this offset: it was delivered ``attempts`` times without an ack."""
 
@@ -76,7 +76,7 @@ class Expired:
     attempts: int
 
 
-@dataclass(frozen=True)
+@value
 class DeadLetter:
     """An ``Expired`` decision with its record, ready for the glue to append to the DLQ."""
 
@@ -88,7 +88,7 @@ class DeadLetter:
     attempts: int
 
 
-@dataclass(frozen=True)
+@value
 class Position:
     """What survives a restart: the ack offset, settled offsets above it, attempts so far."""
 
@@ -216,7 +216,7 @@ class DeliveryBook:
                 break
             if group not in book.busy:
                 del book.held[off]
-                got = self._grant_new(key, book, Candidate(off, group), now_ms, invisible_ms)
+                got = self._grant_new(key, book, off, group, now_ms, invisible_ms)
                 if isinstance(got, Expired):
                     dead.append(got)
                 else:
@@ -274,9 +274,7 @@ class DeliveryBook:
                 book.held[cand.queue_offset] = group
                 continue
             invariant(len(grants) < room or fifo, "a non-FIFO scan returned more than room")
-            got = self._grant_new(
-                key, book, Candidate(cand.queue_offset, group), now_ms, invisible_ms
-            )
+            got = self._grant_new(key, book, cand.queue_offset, group, now_ms, invisible_ms)
             if isinstance(got, Expired):
                 dead.append(got)
             else:
@@ -287,13 +285,19 @@ class DeliveryBook:
         return grants, dead
 
     def _grant_new(
-        self, key: QueueKey, book: QueueBook, cand: Candidate, now_ms: int, invisible_ms: int
+        self,
+        key: QueueKey,
+        book: QueueBook,
+        queue_offset: int,
+        message_group: str,
+        now_ms: int,
+        invisible_ms: int,
     ) -> Grant | Expired:
-        prior = book.prior_attempts.pop(cand.queue_offset, 0)
-        lease = Lease(cand.queue_offset, cand.message_group, prior, 0, now_ms, now_ms, now_ms)
-        book.leases[cand.queue_offset] = lease
-        if cand.message_group:
-            book.busy[cand.message_group] = cand.queue_offset
+        prior = book.prior_attempts.pop(queue_offset, 0)
+        lease = Lease(queue_offset, message_group, prior, 0, now_ms, now_ms, now_ms)
+        book.leases[queue_offset] = lease
+        if message_group:
+            book.busy[message_group] = queue_offset
         if prior >= self.attempts_max:
             return self._hold_dead(key, lease, now_ms)  # it used its last attempt before a restart
         return self._lease(key, book, lease, prior + 1, now_ms, invisible_ms)

@@ -19,7 +19,6 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from txmq.broker.delivery import (
 )
 from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
-from txmq.model import PROP_MESSAGE_GROUP, Record
+from txmq.model import PROP_MESSAGE_GROUP, Record, value
 from txmq.protocol.mapping import validate_group
 from txmq.store.disk import Disk, OsDisk
 from txmq.store.store import Store
@@ -101,7 +100,7 @@ def _row(r: dict[str, Any]) -> tuple[QueueKey, Position]:
     return key, Position(int(r["ack"]), settled, attempts)
 
 
-@dataclass(frozen=True)
+@value
 class Delivery:
     record: Record
     receipt_handle: str

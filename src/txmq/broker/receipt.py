@@ -12,10 +12,10 @@ from __future__ import annotations
 import binascii
 import hmac
 import struct
-from dataclasses import dataclass
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
+from txmq.model import value
 
 _VERSION = 1
 _TAG_BYTES = 16
@@ -37,7 +37,7 @@ def _b64(blob: bytes) -> str:
     return binascii.b2a_base64(blob, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
 
-@dataclass(frozen=True)
+@value
 class Receipt:
     group: str
     topic: str
