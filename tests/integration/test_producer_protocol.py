@@ -259,6 +259,22 @@ def test_first_settings_reply_is_repeated(broker: BrokerProcess, stub: Any) -> N
     stream.close()
 
 
+def test_concurrent_calls_on_one_channel_each_read_their_own_client_id(
+    broker: BrokerProcess, stub: Any
+) -> None:
+    """The broker reads a call's metadata from the tuple gRPC built for its handler lookup
+    (decode.call_metadata): calls in flight together on one connection, with and without a
+    client id, each answer by their own headers."""
+    calls = [
+        stub.Heartbeat.future(
+            sv.HeartbeatRequest(), metadata=meta(f"c{i}") if i % 2 else None, timeout=10
+        )
+        for i in range(40)
+    ]
+    codes = [c.result().status.code for c in calls]
+    assert codes == [pb.OK if i % 2 else pb.CLIENT_ID_REQUIRED for i in range(40)]
+
+
 def test_telemetry_without_client_id_is_refused(broker: BrokerProcess, stub: Any) -> None:
     call = stub.Telemetry(iter([sv.TelemetryCommand()]), timeout=10)
     replies = list(call)

@@ -34,6 +34,7 @@ from txmq.broker.auth import (
     need_admin,
 )
 from txmq.broker.data import SERVICE as DATA_SERVICE
+from txmq.broker.decode import call_metadata, keep_metadata
 from txmq.errors import ForbiddenError, TxmqError, UnauthorizedError, invariant
 from txmq.protocol import channels, mapping
 
@@ -105,6 +106,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self, continuation: Callable[[Any], Awaitable[Any]], details: Any
     ) -> Any:
         method = details.method
+        keep_metadata(details)  # the call's metadata, built once by gRPC, for check/client_id
         wrapped = self._handlers.get(method)
         if wrapped is not None:
             return wrapped
@@ -120,7 +122,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def check(self, context: Any, rule: Rule, request: Any) -> Any:
         """The authenticated user, after ``rule`` allowed ``request``; raises the refusal."""
-        user = self.guard.authenticate(context.invocation_metadata(), self.now_ms())
+        user = self.guard.authenticate(call_metadata(context), self.now_ms())
         rule(self.guard, user, request)
         return user
 

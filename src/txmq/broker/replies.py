@@ -8,6 +8,7 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from txmq import errors, limits
+from txmq.broker.decode import call_metadata
 from txmq.errors import IllegalFilterExpressionError, IllegalInvisibleTimeError, TxmqError
 from txmq.protocol import mapping
 
@@ -15,7 +16,7 @@ log = logging.getLogger("txmq.broker")
 
 
 def client_id(context: Any) -> str:
-    for key, value in context.invocation_metadata() or ():
+    for key, value in call_metadata(context) or ():
         if key == "x-mq-client-id":
             return str(value)
     return ""
