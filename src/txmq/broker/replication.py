@@ -24,7 +24,6 @@ never appends from one that is not its epoch's leader.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import json
 import logging
@@ -94,7 +93,8 @@ class Replication:
         self.leadership = leadership
         self.min_insync = min_insync
         self.insync = InSync([], now_ms=leadership.clock())
-        self._appended = asyncio.Event()  # a write happened: wake fetchers at the end
+        # Fetchers waiting at the end for a write, woken all at once (``_wake_fetchers``).
+        self._fetchers: list[asyncio.Future[None]] = []
         # Acks waiting for the group's durable end to pass their end: (end, n, future), a heap,
         # so a fetch wakes only the acks it satisfies (not every waiting one, every time).
         self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -111,7 +111,7 @@ class Replication:
 
         def wake() -> None:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(self._appended.set)
+                loop.call_soon_threadsafe(self._wake_fetchers)
 
         self.epoch, self.epochs = stamp(store, leadership)
         notify_written(store, wake)
@@ -166,10 +166,11 @@ class Replication:
         """
         self._check_leading()
         end = durable_end(self.store)
-        self._appended.set()
+        self._wake_fetchers()
         deadline = time.monotonic() + limits.REPLICA_ACK_TIMEOUT_MS / 1000
         clock = self.leadership.clock
         loop = asyncio.get_running_loop()
+        rechecks = 0
         while self.insync.durable_end(durable_end(self.store), self.min_insync, clock()) < end:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -180,10 +181,17 @@ class Replication:
             done: asyncio.Future[None] = loop.create_future()
             self._acks_made += 1
             heapq.heappush(self._acks, (end, self._acks_made, done))
-            self._store_set(clock())
-            # On a timeout, look again: a follower may have left the in-sync set meanwhile.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
+            if rechecks:  # every fetch looks at the set; a recheck is for a follower gone quiet
+                self._store_set(clock())
+            rechecks += 1
+            # A fetch resolves ``done`` (_wake_acks); else look again after the recheck period:
+            # a follower may have left the in-sync set meanwhile. A timer, not asyncio.wait_for
+            # (a wrapper future, callbacks and a handle each time: this runs once per SYNC ack).
+            timer = loop.call_later(min(left, limits.REPLICA_ACK_RECHECK_MS / 1000), _resolve, done)
+            try:
+                await done
+            finally:
+                timer.cancel()
         self._check_leading()  # a lease that lapsed while we waited: not acknowledged
         if self.min_insync > 1:
             self.leadership.committed = max(self.leadership.committed, end)
@@ -284,15 +292,29 @@ class Replication:
 
     async def _wait_written(self, start: int) -> None:
         """Long poll: return once the log is written out past ``start``, or after
-        REPLICA_FETCH_WAIT_MS (then the fetch is answered empty)."""
+        REPLICA_FETCH_WAIT_MS (then the fetch is answered empty). The waiter is registered
+        right after the check, with no await between: a wake cannot fall in between."""
         deadline = time.monotonic() + limits.REPLICA_FETCH_WAIT_MS / 1000
+        loop = asyncio.get_running_loop()
         for _ in range(limits.REPLICA_FETCH_WAKES_MAX):
-            self._appended.clear()  # before the check: a wake after it is not lost
             left = deadline - time.monotonic()
             if written_out_end(self.store) > start or left <= 0:
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._appended.wait(), left)
+            woken: asyncio.Future[None] = loop.create_future()
+            self._fetchers.append(woken)
+            timer = loop.call_later(left, _resolve, woken)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+                if woken in self._fetchers:  # timed out or cancelled: not left for the next wake
+                    self._fetchers.remove(woken)
+
+    def _wake_fetchers(self) -> None:
+        """A write happened: every fetch waiting at the end looks again."""
+        fetchers, self._fetchers = self._fetchers, []
+        for f in fetchers:
+            _resolve(f)
 
     def status(self) -> dict[str, Any]:
         now = self.leadership.clock()
@@ -316,6 +338,11 @@ class Replication:
         if stored is None:
             return self.insync.members(now_ms)
         return sorted({m[0] for m in stored if self.insync.current(m)})
+
+
+def _resolve(f: asyncio.Future[None]) -> None:
+    if not f.done():
+        f.set_result(None)
 
 
 def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
