@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from txmq import limits
+from txmq.broker.command_options import etcd_tls_options, file_option
 from txmq.broker.config import BrokerConfig
 from txmq.broker.config_sources import env, load_config
 from txmq.errors import ConfigError, TxmqError
@@ -81,27 +82,19 @@ _D = BrokerConfig(data_dir=Path("data"))
     default=None,
     help="Create an unknown topic on first use (off by default: use `txmq topic create`).",
 )
-@click.option(
+@file_option(
     "--acl-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Users and rights (TOML, mode 600); without it the broker is open. SIGHUP reloads.",
+    "Users and rights (TOML, mode 600); without it the broker is open. SIGHUP reloads.",
 )
-@click.option("--tls-cert", type=click.Path(path_type=Path, dir_okay=False), help="PEM cert.")
-@click.option("--tls-key", type=click.Path(path_type=Path, dir_okay=False), help="PEM key.")
-@click.option(
-    "--tls-client-ca",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Require client certificates signed by this CA (PEM).",
-)
-@click.option(
+@file_option("--tls-cert", "PEM cert.")
+@file_option("--tls-key", "PEM key.")
+@file_option("--tls-client-ca", "Require client certificates signed by this CA (PEM).")
+@file_option(
     "--tls-peer-cert",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="PEM client cert presented to peers (default with --tls-client-ca: --tls-cert).",
+    "PEM client cert presented to peers (default with --tls-client-ca: --tls-cert).",
 )
-@click.option(
-    "--tls-peer-key",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="PEM key of --tls-peer-cert (default with --tls-client-ca: --tls-key).",
+@file_option(
+    "--tls-peer-key", "PEM key of --tls-peer-cert (default with --tls-client-ca: --tls-key)."
 )
 @click.option(
     "--cluster",
@@ -111,21 +104,7 @@ _D = BrokerConfig(data_dir=Path("data"))
 )
 @click.option("--broker-name", help="This broker's name in the cluster file.")
 @click.option("--etcd", help="etcd HOST:PORT: run as one replica of a group led through etcd.")
-@click.option(
-    "--etcd-ca-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Reach etcd over TLS: the CA (PEM) that signed etcd's certificate.",
-)
-@click.option(
-    "--etcd-cert-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="PEM client certificate for etcd's --client-cert-auth (with --etcd-key-file).",
-)
-@click.option(
-    "--etcd-key-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="PEM key of --etcd-cert-file.",
-)
+@etcd_tls_options
 @click.option("--replica-group", help="The replica group's name (default: --broker-name).")
 @click.option(
     "--min-insync-replicas",

@@ -25,6 +25,7 @@ import click
 
 from txmq import limits
 from txmq.broker.cluster_file import ClusterFile, Member, write
+from txmq.broker.command_options import etcd_tls_options
 from txmq.broker.etcd import EtcdTls
 from txmq.cli import cluster_replicas
 from txmq.cli.admin_commands import endpoints_option, json_option, show
@@ -241,13 +242,7 @@ def status(endpoints: str, as_json: bool) -> None:
 @cluster.command("unclean-election")
 @click.option("--etcd", required=True, help="The etcd HOST:PORT the group is led through.")
 @click.option("--replica", required=True, help="HOST:PORT of the replica that is to lead.")
-@click.option(
-    "--etcd-ca-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Reach etcd over TLS: the CA (PEM) that signed etcd's certificate.",
-)
-@click.option("--etcd-cert-file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--etcd-key-file", type=click.Path(path_type=Path, dir_okay=False))
+@etcd_tls_options
 def unclean_election(
     etcd: str,
     replica: str,
