@@ -37,6 +37,7 @@ from txmq.broker.metrics import Metrics
 from txmq.broker.offsets import ConsumerPositions, Delivery
 from txmq.broker.replies import fail, invisible_ms
 from txmq.broker.topics import TopicRegistry
+from txmq.broker.waiters import wait, wake
 from txmq.errors import BadRequestError, IllegalFilterExpressionError, IllegalOffsetError
 from txmq.model import (
     DLQ_PREFIX,
@@ -55,11 +56,6 @@ T = TypeVar("T")
 # Long polls also wake this often, because expired leases become due without any append.
 REDELIVERY_POLL_S = 0.5
 SWEEP_PERIOD_S = 1.0
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def _tags(expr: Any) -> frozenset[str] | None:
@@ -116,7 +112,7 @@ class ConsumeRpcs:
     def notify_appended(self, topic: str, queue_id: int = -1) -> None:
         """A message became deliverable in ``topic``: wake the long polls waiting on it."""
         for waiter in self._wakeups.pop(topic, ()):
-            _wake(waiter)
+            wake(waiter)
 
     def waiting(self, topic: str) -> bool:
         """Whether a long poll waits for an append to ``topic`` now (tests wait on it)."""
@@ -130,11 +126,9 @@ class ConsumeRpcs:
         waiter: asyncio.Future[None] = loop.create_future()
         waiters = self._wakeups.setdefault(topic, set())
         waiters.add(waiter)
-        timer = loop.call_later(max(0.0, timeout_s), _wake, waiter)
         try:
-            await waiter
+            await wait(waiter, timeout_s)
         finally:
-            timer.cancel()
             waiters.discard(waiter)
             if not waiters and self._wakeups.get(topic) is waiters:
                 del self._wakeups[topic]

@@ -41,6 +41,7 @@ from txmq.broker.election import InSync, Member, sort_key
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
+from txmq.broker.waiters import wait, wake
 from txmq.errors import (
     CoordinationError,
     NotLeaderError,
@@ -185,13 +186,8 @@ class Replication:
                 self._store_set(clock())
             rechecks += 1
             # A fetch resolves ``done`` (_wake_acks); else look again after the recheck period:
-            # a follower may have left the in-sync set meanwhile. A timer, not asyncio.wait_for
-            # (a wrapper future, callbacks and a handle each time: this runs once per SYNC ack).
-            timer = loop.call_later(min(left, limits.REPLICA_ACK_RECHECK_MS / 1000), _resolve, done)
-            try:
-                await done
-            finally:
-                timer.cancel()
+            # a follower may have left the in-sync set meanwhile.
+            await wait(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
         self._check_leading()  # a lease that lapsed while we waited: not acknowledged
         if self.min_insync > 1:
             self.leadership.committed = max(self.leadership.committed, end)
@@ -204,9 +200,7 @@ class Replication:
             return
         group_end = self.insync.durable_end(durable_end(self.store), self.min_insync, now_ms)
         while self._acks and (self._acks[0][0] <= group_end or self._acks[0][2].done()):
-            _end, _n, done = heapq.heappop(self._acks)
-            if not done.done():
-                done.set_result(None)
+            wake(heapq.heappop(self._acks)[2])
 
     async def fetch(self, args: dict[str, Any], run: Any) -> tuple[dict[str, Any], bytes]:
         self._check_leading()
@@ -302,11 +296,9 @@ class Replication:
                 return
             woken: asyncio.Future[None] = loop.create_future()
             self._fetchers.append(woken)
-            timer = loop.call_later(left, _resolve, woken)
             try:
-                await woken
+                await wait(woken, left)
             finally:
-                timer.cancel()
                 if woken in self._fetchers:  # timed out or cancelled: not left for the next wake
                     self._fetchers.remove(woken)
 
@@ -314,7 +306,7 @@ class Replication:
         """A write happened: every fetch waiting at the end looks again."""
         fetchers, self._fetchers = self._fetchers, []
         for f in fetchers:
-            _resolve(f)
+            wake(f)
 
     def status(self) -> dict[str, Any]:
         now = self.leadership.clock()
@@ -338,11 +330,6 @@ class Replication:
         if stored is None:
             return self.insync.members(now_ms)
         return sorted({m[0] for m in stored if self.insync.current(m)})
-
-
-def _resolve(f: asyncio.Future[None]) -> None:
-    if not f.done():
-        f.set_result(None)
 
 
 def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
