@@ -130,8 +130,15 @@ class TopicRegistry:
             return info
         if info is None and not self.auto_create and name not in self.implicit:
             raise TopicNotFoundError(name)
-        if info is None:
-            self.create(name, self.default_queues, message_type, exist_ok=True, accepts_all=True)
+        if info is None:  # created written when a writer creates it: one save, not two
+            self.create(
+                name,
+                self.default_queues,
+                message_type,
+                exist_ok=True,
+                accepts_all=True,
+                unwritten=not writing,
+            )
         with self._lock:
             info = self._topics.get(name)
             if info is None:  # deleted meanwhile: as if it had never been there
@@ -173,7 +180,10 @@ class TopicRegistry:
         *,
         exist_ok: bool = False,
         accepts_all: bool = False,
+        unwritten: bool = True,
     ) -> TopicInfo:
+        """Create a topic (``exist_ok``: or return the existing one). An auto-created one
+        (``accepts_all``) starts ``unwritten`` unless its creator is about to write to it."""
         _check(name, queue_count)
         with self._lock:
             existing = self._topics.get(name)
@@ -185,7 +195,7 @@ class TopicRegistry:
                 raise TooManyRequestsError(f"this broker already has {limits.TOPICS_MAX} topics")
             info = TopicInfo(name, queue_count, message_type, accepts_all)
             self._topics[name] = info
-            if accepts_all:
+            if accepts_all and unwritten:
                 self._unwritten.add(name)
             self._save()
             return info
