@@ -25,6 +25,11 @@ from typing import Any
 from txmq import limits
 from txmq.errors import ConfigError, CoordinationError, RemoteProtocolError
 
+_TLS_HINT = (
+    "give --etcd-ca-file (and, when it asks for client certificates,"
+    " --etcd-cert-file/--etcd-key-file)"
+)
+
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
@@ -174,10 +179,7 @@ class Etcd:
         except json.JSONDecodeError as exc:
             raise RemoteProtocolError(f"etcd at {self.endpoint}: {path}: not JSON") from exc
         if status == 400 and "HTTPS server" in raw.decode("utf-8", "replace"):
-            raise CoordinationError(
-                f"etcd at {self.endpoint} serves TLS: give --etcd-ca-file (and, when it asks"
-                " for client certificates, --etcd-cert-file/--etcd-key-file)"
-            )
+            raise CoordinationError(f"etcd at {self.endpoint} serves TLS: {_TLS_HINT}")
         if status != 200 or not isinstance(doc, dict) or "error" in doc:
             raise CoordinationError(
                 f"etcd at {self.endpoint}: {path} refused ({status}): {text[:1]}"
@@ -197,12 +199,9 @@ class Etcd:
         try:
             self.get("/txmq/ready")
         except CoordinationError as exc:
-            if self._context is None and self._serves_tls():
-                raise ConfigError(
-                    f"etcd at {self.endpoint} serves TLS: give --etcd-ca-file (and, when it"
-                    " asks for client certificates, --etcd-cert-file/--etcd-key-file)"
-                ) from exc
-            if isinstance(exc.__cause__, ssl.SSLError) or "serves TLS" in str(exc):
+            if self._context is None and self._serves_tls():  # a 400 "HTTPS server" too
+                raise ConfigError(f"etcd at {self.endpoint} serves TLS: {_TLS_HINT}") from exc
+            if isinstance(exc.__cause__, ssl.SSLError):
                 raise ConfigError(
                     f"{exc} (check --etcd-ca-file, --etcd-cert-file and --etcd-key-file)"
                 ) from exc

@@ -133,13 +133,15 @@ def _replaces(topics: TopicRegistry, d: dict[str, Any]) -> bool:
 def copy_definition(topics: TopicRegistry, d: dict[str, Any]) -> None:
     """A follower takes its leader's definition of a topic as it is, replacing its own copy:
     the leader decided it for the log both hold (``define`` is for members' own topics)."""
-    info = _info({**d, "all": bool(d.get("all", False))})
+    info = _info(d)
     if not topics.exists(info.name) or topics.get(info.name) != info:
         topics.mirror(info)
 
 
 def _info(d: dict[str, Any]) -> TopicInfo:
-    return TopicInfo(str(d["name"]), int(d["queues"]), MessageType(d["type"]), bool(d["all"]))
+    """A definition as peers exchange it (``all`` absent: false), as a TopicInfo."""
+    all_types = bool(d.get("all", False))
+    return TopicInfo(str(d["name"]), int(d["queues"]), MessageType(d["type"]), all_types)
 
 
 class Membership:
