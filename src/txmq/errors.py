@@ -412,6 +412,15 @@ class ReplicationTimeoutError(TxmqError):
     retriable = True
 
 
+class ReplicaLostRecordsError(TxmqError):
+    """A follower fetched from below what it had confirmed holding under the same incarnation
+    (its data directory was restored from a backup or lost its tail): refused until it takes
+    a new incarnation and catches up again (ADR 0005). A replica-channel refusal: the wire code
+    is HA_NOT_AVAILABLE, as for NotLeaderError (which ``from_code`` gives for it)."""
+
+    code = CODE_HA_NOT_AVAILABLE
+
+
 class BrokerRefusedError(TxmqError):
     """The broker refused a request with a status code no class of this tree names (``code``
     is that wire code); ``from_code`` builds it."""

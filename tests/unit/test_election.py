@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from txmq import limits
-from txmq.broker.election import Election, InSync, Leader, Step
+from txmq.broker.election import Confirmed, Election, InSync, Leader, Step
 from txmq.broker.etcd import KeyValue
-from txmq.broker.leadership import decode_insync, encode_insync
+from txmq.broker.leadership import decode_confirmed, decode_insync, encode_insync
+from txmq.errors import RemoteProtocolError
 
 TTL = limits.REPLICA_LEASE_TTL_MS
 
@@ -281,3 +284,53 @@ def test_a_follower_that_comes_back_empty_holds_only_what_it_fetches_again() -> 
     assert isr.durable_end(500, min_insync=2, now_ms=100) == 500
     fetch(isr, R1, 0, 600, 200)  # cut its divergent tail (same incarnation)
     assert isr.durable_end(600, min_insync=2, now_ms=200) == 0
+
+
+# --- What the stored set's members confirmed (ADR 0005, "restored backups"). -----------------
+
+
+def test_a_log_holds_a_confirmed_end_only_reaching_it_in_its_epoch() -> None:
+    c = Confirmed(end=900, epoch=7, start=400)
+    assert c.held_by([(3, 0), (7, 400)], 900)
+    assert c.held_by([(3, 0), (7, 400), (9, 950)], 1_000)
+    assert not c.held_by([(3, 0), (7, 400)], 899)  # a restored backup: shorter
+    assert not c.held_by([(3, 0), (7, 400), (9, 800)], 1_000)  # another leader's records at 800
+    assert not c.held_by([(3, 0)], 1_000)  # never had epoch 7: not this history
+    assert not c.held_by([], 1_000)  # no history at all (an unreadable file counts as none)
+
+
+def test_a_stored_member_fetching_from_below_what_it_confirmed_lost_records() -> None:
+    """A new leader knows what each stored member held from the stored set; what it fetches
+    from under the same incarnation must never go below that, nor below its own highest
+    fetch since. Another incarnation (a wiped disk) is a new member: nothing to compare."""
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored([R1, ("r2", None)], now_ms=0, confirmed=500)
+    assert isr.lost("r1", 300, "i1") == 500
+    assert isr.lost("r1", 500, "i1") is None
+    assert isr.lost("r1", 0, "i1-new") is None  # another incarnation: the reborn rule
+    assert isr.lost("r2", 0, "i2") is None  # stored without incarnation: nothing known
+    fetch(isr, R1, 700, 800, 100)
+    assert isr.lost("r1", 600, "i1") == 700
+    assert isr.lost("r9", 0, "i9") is None  # never seen
+
+
+def test_the_confirmed_end_is_what_every_current_member_and_the_leader_hold() -> None:
+    isr = InSync([], now_ms=0, lag_max_ms=2_000)
+    isr.keep_stored([R1, R2], now_ms=0, confirmed=500)
+    assert isr.confirmed_end({R1, R2}, leader_durable=900) == 500
+    fetch(isr, R1, 800, 900, 100)
+    fetch(isr, R2, 700, 900, 100)
+    assert isr.confirmed_end({R1, R2}, leader_durable=900) == 700
+    assert isr.confirmed_end({R1, R2}, leader_durable=650) == 650
+    fetch(isr, ("r2", "i2-new"), 0, 900, 200)  # r2 reborn: its old pair holds nothing
+    assert isr.confirmed_end({R1, R2}, leader_durable=900) == 800
+
+
+def test_the_confirmed_end_rides_with_the_stored_set() -> None:
+    c = Confirmed(end=900, epoch=7, start=400)
+    kv = KeyValue(encode_insync(7, [R1, R2], c), 1, 2, 0)
+    assert decode_confirmed(kv) == c and decode_insync(kv) == [R1, R2]
+    assert decode_confirmed(KeyValue(encode_insync(7, [R1]), 1, 2, 0)) is None  # not recorded
+    assert decode_confirmed(None) is None
+    with pytest.raises(RemoteProtocolError, match="confirmed end"):
+        decode_confirmed(KeyValue(b'{"members": [], "confirmed": ["x"]}', 1, 2, 0))

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from txmq.store.disk import OsDisk
-from txmq.store.identity import FILE_NAME, incarnation, read_incarnation
+from txmq.store.identity import FILE_NAME, incarnation, read_incarnation, renew_incarnation
 from txmq.store.store import Store
 
 
@@ -38,3 +38,11 @@ def test_an_unreadable_file_counts_as_none(tmp_path: Path) -> None:
     assert read_incarnation(disk, store_dir) is None
     second = incarnation(disk, store_dir)
     assert second != first and read_incarnation(disk, store_dir) == second
+
+
+def test_a_renewed_incarnation_replaces_the_one_kept(tmp_path: Path) -> None:
+    """A store whose log lost records it had confirmed (leadership.py) is another member."""
+    disk, store_dir = OsDisk(), tmp_path / "store"
+    first = incarnation(disk, store_dir)
+    second = renew_incarnation(disk, store_dir)
+    assert second != first and incarnation(disk, store_dir) == second

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 from txmq import limits
 from txmq.errors import invariant
+from txmq.store.epochs import EpochStart, divergence_point
 
 # (name, incarnation); incarnation None: unknown (a set stored before incarnations were, or a
 # follower that sent none), which matches whatever incarnation that name has (the old rule).
@@ -39,6 +41,32 @@ def matches(stored: Member, name: str, incarnation: str | None) -> bool:
 
 def sort_key(m: Member) -> tuple[str, str]:
     return m[0], m[1] or ""
+
+
+# In a refusal of a fetch from below what the follower confirmed (InSync.lost): the follower
+# takes a new incarnation when it reads it (follower.py).
+BELOW_CONFIRMED: Final = "below what it confirmed"
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """What every member of a stored in-sync set held when its leader stored it: the log
+    below ``end``, whose last records there are ``epoch``'s (which start at ``start``) (ADR
+    0005, "restored backups")."""
+
+    end: int
+    epoch: int
+    start: int
+
+    def held_by(self, history: list[EpochStart], log_end: int) -> bool:
+        """A log with this epoch history and end holds it: it reaches ``end``, and its
+        records there are ``epoch``'s up to ``end`` (so they are the group's, below it)."""
+        if log_end < self.end:
+            return False
+        return divergence_point(history, log_end, [(self.epoch, self.start)], self.end) >= self.end
+
+    def describe(self) -> str:
+        return f"offset {self.end} in epoch {self.epoch}"
 
 
 class Step(enum.Enum):
@@ -87,6 +115,8 @@ class Election:
         self.insync: list[Member] | None = None
         self.insync_rev = 0  # the set's etcd mod revision as read (0: no key): a campaign
         # wins only if the set has not changed since (etcd.put_if_absent's ``unchanged``)
+        # What every member of that set held when it was stored (None: not recorded).
+        self.confirmed: Confirmed | None = None
 
     # --- What to do next. ---------------------------------------------------------------------
 
@@ -185,6 +215,9 @@ class Follower:
     asked_end: int = 0  # the leader's end when this follower's previous fetch came in
     asked_ms: int = 0  # ... and when that was
     incarnation: str | None = None  # of its data directory, as its last fetch said
+    # The most it said it holds under that incarnation (the stored set's confirmed end for a
+    # stored member; its highest fetch since): a fetch from below means its log lost records.
+    confirmed: int = 0
 
 
 class InSync:
@@ -206,13 +239,34 @@ class InSync:
         self.stored: set[Member] | None = None
         self.acked = 0  # every byte below was acknowledged as durable on the group
 
-    def keep_stored(self, members: list[Member], now_ms: int) -> None:
+    def keep_stored(self, members: list[Member], now_ms: int, confirmed: int = 0) -> None:
         """Keep the set in etcd, starting from ``members`` (the followers the last stored set
-        names: a new leader's epoch starts from its predecessor's set, ADR 0005)."""
+        names: a new leader's epoch starts from its predecessor's set, ADR 0005), each of
+        which held the log below ``confirmed`` when it was stored."""
         invariant(len(self.followers) + len(members) < limits.REPLICAS_MAX, "too many followers")
         for name, incarnation in members:
-            self.followers.setdefault(name, Follower(0, now_ms, incarnation=incarnation))
+            held = confirmed if incarnation is not None else 0
+            self.followers.setdefault(
+                name, Follower(0, now_ms, incarnation=incarnation, confirmed=held)
+            )
         self.stored = set(members)
+
+    def lost(self, name: str, offset: int, incarnation: str | None) -> int | None:
+        """What follower ``name`` confirmed holding, when it now fetches from below it under
+        the same incarnation (its log lost records: a restored backup, a lost tail); else None.
+        Its fetches to this leader only ever grow, and a divergent cut never goes below what
+        a stored member held (ADR 0005), so nothing else lowers them."""
+        f = self.followers.get(name)
+        if f is None or incarnation is None or f.incarnation != incarnation:
+            return None
+        return f.confirmed if offset < f.confirmed else None
+
+    def confirmed_end(self, members: set[Member], leader_durable: int) -> int:
+        """Every byte below the answer is durable here and was confirmed by each of
+        ``members`` that fetches under its stored incarnation (one that fetches under another
+        lost what it held: no one can claim to be it any more)."""
+        held = [self.followers[m[0]].confirmed for m in members if self.current(m)]
+        return min([leader_durable, *held])
 
     def current(self, m: Member) -> bool:
         """Stored member ``m`` is the follower of that name as it fetches now."""
@@ -271,6 +325,7 @@ class InSync:
         # What it holds now, not the most it ever held: a follower restarted on an empty disk
         # (or that cut a divergent tail) fetches from a lower offset, and holds only that.
         f.fetched_to = offset
+        f.confirmed = max(f.confirmed, offset)
         if offset >= leader_end:
             f.caught_up_ms = now_ms
         elif offset >= f.asked_end:

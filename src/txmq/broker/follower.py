@@ -37,6 +37,7 @@ from txmq.broker.admin import refusal
 from txmq.broker.config import BrokerConfig
 from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
+from txmq.broker.election import BELOW_CONFIRMED
 from txmq.broker.forward import LOCAL, V2_SERVICE, Forwarder
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership, copy_definition
@@ -55,7 +56,7 @@ from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
 from txmq.store.acked import AckedEnd
 from txmq.store.epochs import EpochFile, EpochStart, divergence_point
-from txmq.store.identity import incarnation
+from txmq.store.identity import incarnation, renew_incarnation
 from txmq.store.replica import (
     append_shipped,
     append_shipped_nowait,
@@ -139,12 +140,39 @@ class Follower:
         self._channel: tuple[str, Any] | None = None
         # More of Replica.Status (replica_node.py: the forwarder's counts).
         self.more_status: Callable[[], dict[str, Any]] = dict
+        self._cutting = False  # the store is closed for a cut (_truncate)
+        self._renewing = asyncio.Lock()
         leadership.eligible = self.eligible
+        leadership.local = self
+
+    def log_state(self) -> tuple[int, list[tuple[int, int]]] | None:
+        """(log end, epoch history) for leadership.py's check; None while cutting."""
+        if self._cutting:
+            return None
+        return self.store.log_end_offset, list(self.epochs.history)
+
+    async def renew(self, reason: str) -> None:
+        """This log lost records the replica had confirmed to its group: take a new
+        incarnation (durable), so it counts and may lead only once it caught up again under it
+        (ADR 0005, "restored backups")."""
+        async with self._renewing:
+            election = self.leadership.election
+            old = election.incarnation
+            born = await asyncio.to_thread(renew_incarnation, self.store.disk, self.store_dir)
+            election.incarnation = born
+            self.leadership.renewed = f"incarnation {old} -> {born}: {reason}"
+            log.warning(
+                "%s: %s; it runs as a new incarnation %s (was %s): out of the in-sync set and"
+                " not eligible to lead until it caught up and was stored again",
+                election.me, reason, born, old,
+            )  # fmt: skip
 
     def eligible(self) -> bool:
         return self.fetched_ms - self.caught_up_ms <= limits.REPLICA_LAG_MAX_MS
 
     def close(self) -> None:
+        if self.leadership.local is self:
+            self.leadership.local = None
         if self._channel is not None:
             asyncio.get_running_loop().create_task(self._channel[1].close())
         self.store.close()
@@ -198,6 +226,10 @@ class Follower:
         header, payload = channels.split(reply, "Fetch")
         if not header.get("ok") and _DIVERGED in str(header.get("error", "")):
             await self._diverged(leader.endpoint, leader.epoch)
+            return
+        if not header.get("ok") and BELOW_CONFIRMED in str(header.get("error", "")):
+            if args["incarnation"] == self.leadership.election.incarnation:  # not renewed yet
+                await self.renew(f"its leader said: {header.get('error')}")
             return
         await self._apply(header, bytes(payload), want_topics, now)
 
@@ -306,6 +338,7 @@ class Follower:
             point,
         )
         disk = self.store.disk
+        self._cutting = True
         self.store.close()
         if point >= start:
             self.truncated_bytes += truncate_closed(self.store_dir, self.config.store, point, disk)
@@ -319,6 +352,7 @@ class Follower:
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.last = tail_of(self.store)
+        self._cutting = False
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow until this replica leads or ``stop`` is set."""
@@ -347,6 +381,7 @@ class Follower:
             "truncated_bytes": self.truncated_bytes,
             "truncations": self.truncations,
             "epochs": [list(p) for p in self.epochs.history],
+            "renewed": self.leadership.renewed,
             **self.more_status(),
         }
 

@@ -16,10 +16,11 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from txmq import limits
-from txmq.broker.election import Election, Leader, Member, Step, sort_key
+from txmq.broker.election import Confirmed, Election, Leader, Member, Step, sort_key
 from txmq.broker.etcd import Etcd, KeyValue
 from txmq.errors import CoordinationError, RemoteProtocolError, invariant
 
@@ -47,16 +48,31 @@ def leader_key(cluster: str, group: str) -> str:
 
 def insync_key(cluster: str, group: str) -> str:
     """The group's in-sync set (ADR 0005): JSON ``{"epoch", "members": [name, ...],
-    "incarnations": {name: incarnation}}``, no lease, written only by the leader under its
-    leader key (``Etcd.put_if_created``)."""
+    "incarnations": {name: incarnation}, "confirmed"?: [end, epoch, start]}``, no lease,
+    written only by the leader under its leader key (``Etcd.put_if_created``)."""
     return f"/txmq/{cluster}/groups/{group}/insync"
 
 
-def encode_insync(epoch: int, members: list[Member]) -> bytes:
+def encode_insync(epoch: int, members: list[Member], confirmed: Confirmed | None = None) -> bytes:
     names = [n for n, _ in members]
     invariant(len(set(names)) == len(names), f"one incarnation per member: {members}")
     known = {n: i for n, i in members if i is not None}
-    return json.dumps({"epoch": epoch, "members": names, "incarnations": known}).encode()
+    doc: dict[str, object] = {"epoch": epoch, "members": names, "incarnations": known}
+    if confirmed is not None:
+        doc["confirmed"] = [confirmed.end, confirmed.epoch, confirmed.start]
+    return json.dumps(doc).encode()
+
+
+def decode_confirmed(kv: KeyValue | None) -> Confirmed | None:
+    """What every member of the stored set held when it was stored (None: not recorded, as
+    in a set stored before this was, or by ``cluster unclean-election``)."""
+    if kv is None:
+        return None
+    try:
+        found = json.loads(kv.value).get("confirmed")
+        return None if found is None else Confirmed(*(int(x) for x in found))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise RemoteProtocolError(f"in-sync key holds no confirmed end: {kv.value[:80]!r}") from exc
 
 
 def decode_insync(kv: KeyValue | None) -> list[Member] | None:
@@ -91,6 +107,16 @@ def decode_leader(kv: KeyValue | None) -> Leader | None:
         return Leader(str(doc["name"]), str(doc["endpoint"]), kv.create_revision)
     except (ValueError, KeyError, TypeError) as exc:
         raise RemoteProtocolError(f"leader key holds no leader: {kv.value[:80]!r}") from exc
+
+
+class LocalLog(Protocol):
+    """This replica's log as the open store has it (follower.py)."""
+
+    def log_state(self) -> tuple[int, list[tuple[int, int]]] | None:
+        """(log end, epoch history); None while the store is being cut."""
+
+    def renew(self, reason: str) -> Awaitable[None]:
+        """Take a new incarnation (durable), saying ``reason``."""
 
 
 class Leadership:
@@ -129,6 +155,11 @@ class Leadership:
         self.committed = 0
         self.errors = 0
         self._warned_rev = -1  # the stored set's revision _warn_reborn last spoke of
+        # The open store, for the check that this replica still holds what the stored set
+        # says it confirmed (None: none open; before the first, it may not campaign).
+        self.local: LocalLog | None = None
+        self._checked = False  # a store of this process passed that check (or was renewed)
+        self.renewed: str | None = None  # why this process renewed its incarnation, if it did
 
     @property
     def leader(self) -> Leader | None:
@@ -140,8 +171,9 @@ class Leadership:
     async def step(self) -> Step:
         """Run the one step the election wants now; returns it."""
         e = self.election
+        eligible = await self._holds_confirmed() and self.eligible()
         now = self.clock()
-        step = e.next_step(now, eligible=self.eligible())
+        step = e.next_step(now, eligible=eligible)
         before = e.leader
         try:
             if step is Step.GRANT:
@@ -168,6 +200,7 @@ class Leadership:
                 kvs = await asyncio.to_thread(self.etcd.get_prefix, self.key[: -len("leader")])
                 stored = kvs.get(self.insync_key)
                 e.insync = decode_insync(stored)
+                e.confirmed = decode_confirmed(stored)
                 e.insync_rev = stored.mod_revision if stored is not None else 0
                 e.observed(self.clock(), decode_leader(kvs.get(self.key)))
                 self._warn_reborn()
@@ -178,6 +211,32 @@ class Leadership:
         if e.leader != before:
             self.changed.set()
         return step
+
+    async def _holds_confirmed(self) -> bool:
+        """This replica's log holds what the stored set says its members held (ADR 0005,
+        "restored backups"); if it is named there and does not, its data directory lost records
+        it had confirmed: it takes a new incarnation, and so may lead only once it caught up
+        again and was stored under it. Checked against the open store before every step; with
+        none open, only once a store of this process was checked (its data do not vanish while
+        it runs). False: may not campaign now."""
+        e = self.election
+        confirmed, local = e.confirmed, self.local
+        if confirmed is None or not e.named():
+            return True
+        state = local.log_state() if local is not None else None
+        if state is None:
+            return self._checked and local is None
+        self._checked = True
+        end, history = state
+        if confirmed.held_by(history, end):
+            return True
+        assert local is not None  # for mypy: a state came from it
+        await local.renew(
+            f"its log ends at {end} (epochs {history[-3:]}), but the stored in-sync set says"
+            f" every member held {confirmed.describe()}: its data directory lost records it"
+            " had confirmed (a restored backup or a lost tail)"
+        )
+        return False
 
     def _warn_reborn(self) -> None:
         """Say once per stored set why this replica may not lead although the set names it:
@@ -222,16 +281,20 @@ class Leadership:
         found[me] = self.endpoint
         self.replicas = found
 
-    def store_insync(self, followers: list[Member], epoch: int) -> bool:
-        """Store the in-sync set (this leader and ``followers``) while this replica's leader key
-        of ``epoch`` stands (blocking: run in a thread); False if it does not. Raises
-        CoordinationError when etcd does not answer."""
+    def store_insync(
+        self, followers: list[Member], epoch: int, confirmed: Confirmed | None = None
+    ) -> bool:
+        """Store the in-sync set (this leader and ``followers``, each holding what
+        ``confirmed`` says) while this replica's leader key of ``epoch`` stands (blocking: run
+        in a thread); False if it does not. Raises CoordinationError when etcd does not
+        answer."""
         e = self.election
         members = [(e.me, e.incarnation), *sorted(followers, key=sort_key)]
-        value = encode_insync(epoch, members)
+        value = encode_insync(epoch, members, confirmed)
         put = self.etcd.put_if_created(self.insync_key, value, self.key, epoch)
         if put:
             self.election.insync = members
+            self.election.confirmed = confirmed
         return put
 
     async def _list_replicas(self) -> None:

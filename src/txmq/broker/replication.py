@@ -37,7 +37,7 @@ import grpc
 from txmq import limits
 from txmq.broker.admin import refusal
 from txmq.broker.data import _args, _int
-from txmq.broker.election import InSync, Member, sort_key
+from txmq.broker.election import BELOW_CONFIRMED, Confirmed, InSync, Member, sort_key
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
@@ -46,6 +46,7 @@ from txmq.errors import (
     CoordinationError,
     NotLeaderError,
     OffsetNotFoundError,
+    ReplicaLostRecordsError,
     ReplicationTimeoutError,
     invariant,
 )
@@ -65,6 +66,9 @@ from txmq.store.store import Store
 log = logging.getLogger(__name__)
 
 SERVICE: Final = "txmq.replica.v1.Replica"
+# The stored set's confirmed end is rewritten (one etcd write) at most this often while it
+# grows; a member restored from a backup older than this is found out even with no leader.
+CONFIRMED_EVERY_MS: Final = 1_000
 _CRC = struct.Struct(">I")
 
 
@@ -119,10 +123,14 @@ class Replication:
         # With SYNC replication the in-sync set lives in etcd (ADR 0005): this epoch starts
         # from the set stored last (absent: a fresh group, no follower yet).
         self._storing: asyncio.Task[None] | None = None
+        self._confirmed_ms = leadership.clock()  # when a confirmed end was last stored
         if min_insync > 1:
             me = leadership.election.me
             stored = leadership.election.insync or []
-            self.insync.keep_stored([m for m in stored if m[0] != me], leadership.clock())
+            held = leadership.election.confirmed
+            self._confirmed = held.end if held is not None else 0
+            others = [m for m in stored if m[0] != me]
+            self.insync.keep_stored(others, leadership.clock(), self._confirmed)
 
     def _store_set(self, now_ms: int) -> None:
         """Start storing the in-sync set in etcd if it should change and no write is under way.
@@ -133,23 +141,61 @@ class Replication:
             return
         target = self.insync.wanted(self.min_insync, now_ms)
         if target is None:
-            return
+            if now_ms - self._confirmed_ms < CONFIRMED_EVERY_MS:
+                return
+            self._confirmed_ms = now_ms
+            if self.insync.confirmed_end(stored, durable_end(self.store)) <= self._confirmed:
+                return
+            target = stored  # the same set, with the higher end its members confirmed
         self.insync.stored = stored | target
-        self._storing = asyncio.get_running_loop().create_task(self._put_set(target))
+        changed = target != stored
+        self._storing = asyncio.get_running_loop().create_task(self._put_set(target, changed))
 
-    async def _put_set(self, target: set[Member]) -> None:
+    async def _put_set(self, target: set[Member], changed: bool) -> None:
         members = sorted(target, key=sort_key)
+        confirmed = self._confirmed_of(target)
         try:
-            put = await asyncio.to_thread(self.leadership.store_insync, members, self.epoch)
+            put = await asyncio.to_thread(
+                self.leadership.store_insync, members, self.epoch, confirmed
+            )
         except CoordinationError as exc:
             log.warning("in-sync set %s not stored: %s", members, exc)
             put = False
         finally:
             self._storing = None
         if put:
-            log.info("in-sync set of epoch %d stored: %s", self.epoch, members)
+            if changed:
+                log.info("in-sync set of epoch %d stored: %s", self.epoch, members)
             self.insync.stored = set(target)
+            self._confirmed = confirmed.end if confirmed is not None else 0
             self._wake_acks(self.leadership.clock())
+
+    def _confirmed_of(self, members: set[Member]) -> Confirmed | None:
+        """What each of ``members`` (and this leader) holds, with the epoch of its last
+        records (this log's history): stored with the set, so that a member whose log later
+        ends below it is known to have lost records (ADR 0005, "restored backups")."""
+        end = self.insync.confirmed_end(members, durable_end(self.store))
+        pairs = [p for p in self.epochs.history if p[1] < end]
+        return Confirmed(end, *pairs[-1]) if end > 0 and pairs else None
+
+    def _check_confirmed(self, name: str, start: int, incarnation: str | None) -> None:
+        """Refuse a fetch from below what ``name`` confirmed under this incarnation.
+
+        Raises:
+            ReplicaLostRecordsError: its log lost records it had confirmed; it must take a new
+                incarnation (follower.py does, reading BELOW_CONFIRMED) and catch up again.
+        """
+        held = self.insync.lost(name, start, incarnation)
+        if held is not None:
+            log.warning(
+                "%s (incarnation %s) fetches from %d, %s %d: its log lost records",
+                name, incarnation, start, BELOW_CONFIRMED, held,
+            )  # fmt: skip
+            raise ReplicaLostRecordsError(
+                f"{name} (incarnation {incarnation}) fetches from {start}, {BELOW_CONFIRMED}"
+                f" ({held}): its data directory lost records; it must catch up again under a"
+                " new incarnation"
+            )
 
     def _check_leading(self) -> None:
         leader = self.leadership.leader
@@ -217,10 +263,11 @@ class Replication:
         now = self.leadership.clock()
         incarnation = args.get("incarnation")
         incarnation = str(incarnation) if incarnation is not None else None
+        self._check_confirmed(name, start, incarnation)
         if self.insync.fetched(name, start, written_out_end(self.store), now, incarnation):
             log.warning(
-                "%s fetches under a new incarnation %s (its data directory started empty):"
-                " out of the in-sync set until it caught up and is stored again",
+                "%s fetches under a new incarnation %s (its data directory started empty or"
+                " lost records): out of the in-sync set until it caught up and is stored again",
                 name, incarnation,
             )  # fmt: skip
         self._store_set(now)
@@ -323,6 +370,7 @@ class Replication:
             "in_sync": [self.leadership.election.me, *self._in_sync(now)],
             "lag_bytes": self.insync.lag_bytes(end),
             "held_records": self.hold.held if self.hold is not None else 0,
+            "renewed": self.leadership.renewed,
         }
 
     def _in_sync(self, now_ms: int) -> list[str]:

@@ -218,6 +218,9 @@ def status(endpoints: str, as_json: bool) -> None:
     if replica_rows is not None:
         cols, rows = cluster_replicas.replica_table(replica_rows)
         show("replicas", cols, rows, {"replicas": replica_rows}, as_json)
+        for r in replica_rows:
+            if r.get("renewed") and not as_json:  # its log lost records (ADR 0005)
+                click.echo(f"{r.get('name')} renewed its {r['renewed']}")
         if not all(r["up"] for r in replica_rows):
             sys.exit(1)
         return

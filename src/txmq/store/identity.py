@@ -4,7 +4,9 @@ Owns: ``incarnation.json`` in a replica's store directory, ``{"version": 1, "inc
 "<hex>"}``: a random id created (durable: written to a temporary file, fsynced, renamed, the
 directory fsynced) the first time a replica opens the directory and found there at every later
 open. A directory that was wiped (or a store this replica wiped itself, follower.py) has none, so
-it gets a new one: the id changes exactly when the data may have been lost. The leader stores
+it gets a new one; a store whose log ends below what the replica confirmed to its group (a
+restored backup, a lost tail: leadership.py checks it) gets a new one too (``renew_incarnation``):
+the id changes exactly when the data may have been lost. The leader stores
 each in-sync member as (name, incarnation) and only a replica whose pair is stored may lead
 (Kafka's broker epochs in the eligible-leader-replica set, KIP-966), so a member restarted on an
 empty disk under its old name is not mistaken for the one that held the acknowledged records.
@@ -56,6 +58,13 @@ def incarnation(disk: Disk, store_dir: Path) -> str:
     found = read_incarnation(disk, store_dir)
     if found is not None:
         return found
+    return renew_incarnation(disk, store_dir)
+
+
+def renew_incarnation(disk: Disk, store_dir: Path) -> str:
+    """A new incarnation for ``store_dir``, durable before it is returned, replacing any it
+    held: its log lost records this replica had confirmed (a restored backup, a lost tail;
+    ADR 0005), so it is not the member the in-sync set names any more."""
     made = new_incarnation()
     fresh = not disk.exists(store_dir)
     disk.makedirs(store_dir)
