@@ -41,6 +41,7 @@ from txmq.broker.edge import AuthInterceptor
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
+from txmq.broker.peer_names import PeerNames, required
 from txmq.broker.replication import Replication, add_replica
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
@@ -230,7 +231,9 @@ def _add_services(
         membership=membership,
     )
     add_messaging_service(servicer, server)
-    add_admin(server, parts, servicer)
+    members = membership.cluster.members
+    peers = PeerNames(lambda: {m.name: m.host for m in members}, required=required(parts.config))
+    add_admin(server, parts, servicer, peers)
     add_data(server, parts, servicer)
     add_bundles(server, parts, servicer)
     return consume, servicer
@@ -247,7 +250,15 @@ def _lead_with(
         parts.config.min_insync_replicas,
         positions=parts.deliveries.snapshot,
     )
-    add_replica(server, replication, servicer)
+    group = servicer.membership.group
+
+    def replicas() -> dict[str, str]:
+        """The group's replicas, name -> host: the cluster file's, else etcd's list."""
+        if parts.config.cluster_file is not None:
+            return {m.name: m.host for m in group.replicas}
+        return {n: e.rsplit(":", 1)[0] for n, e in leadership.replicas.items()}
+
+    add_replica(server, replication, servicer, PeerNames(replicas, required=required(parts.config)))
     servicer.ack_gate = replication.acknowledge
 
 

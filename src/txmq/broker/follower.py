@@ -304,7 +304,8 @@ class Follower:
     async def _diverged(self, endpoint: str, epoch: int) -> None:
         """Our tail is not the leader's: ask for its epoch history (Kafka's
         OffsetsForLeaderEpoch) and cut our log where the two last agree."""
-        reply = await self._call(endpoint, "Epochs", {"epoch": epoch})
+        me = self.leadership.election.me
+        reply = await self._call(endpoint, "Epochs", {"epoch": epoch, "follower": me})
         if reply is None:
             return
         header, _ = channels.split(reply, "Epochs")

@@ -90,25 +90,44 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+class Authority:
+    """A throwaway CA kept in memory, its certificate written to ``directory/ca.pem``: it
+    issues certificates on demand (a peer certificate naming one member, in the tests)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        ca = _certificate(CA_NAME, self._key, self._key)
+        self.ca = _write(directory / "ca.pem", ca.public_bytes(serialization.Encoding.PEM), 0o644)
+
+    def issue(
+        self,
+        stem: str,
+        subject: str,
+        *,
+        hosts: tuple[str, ...] = (),
+        usage: tuple[x509.ObjectIdentifier, ...] = (ExtendedKeyUsageOID.CLIENT_AUTH,),
+    ) -> tuple[Path, Path]:
+        """A certificate for ``subject`` (its CN) naming ``hosts`` (SAN: IP addresses and DNS
+        names) for ``usage``: (``stem``.pem, ``stem``.key) in the CA's directory."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _certificate(subject, key, self._key, hosts=hosts, usage=usage)
+        pem = serialization.Encoding.PEM
+        return (
+            _write(self.directory / f"{stem}.pem", cert.public_bytes(pem), 0o644),
+            _write(self.directory / f"{stem}.key", _key_pem(key), 0o600),
+        )
+
+
 def make_bundle(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Bundle:
     """Write a CA, a server certificate for ``hosts`` and a client certificate into
     ``directory`` (keys mode 600, certificates 644). The server certificate is a cluster
     member's: valid for serverAuth and clientAuth, since a member started with
     ``--tls-client-ca`` presents it to its peers (``--tls-peer-cert`` defaults to it)."""
     assert hosts, "a server certificate names at least one host"
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = _certificate(CA_NAME, ca_key, ca_key)
+    authority = Authority(directory)
     member = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
-    server = _certificate(hosts[0], server_key, ca_key, hosts=hosts, usage=member)
-    client = _certificate(
-        "txmq client", client_key, ca_key, usage=(ExtendedKeyUsageOID.CLIENT_AUTH,)
-    )
-    pem = serialization.Encoding.PEM
-    return Bundle(
-        ca=_write(directory / "ca.pem", ca.public_bytes(pem), 0o644),
-        server_cert=_write(directory / "server.pem", server.public_bytes(pem), 0o644),
-        server_key=_write(directory / "server.key", _key_pem(server_key), 0o600),
-        client_cert=_write(directory / "client.pem", client.public_bytes(pem), 0o644),
-        client_key=_write(directory / "client.key", _key_pem(client_key), 0o600),
-    )
+    server_cert, server_key = authority.issue("server", hosts[0], hosts=hosts, usage=member)
+    client_cert, client_key = authority.issue("client", "txmq client")
+    return Bundle(authority.ca, server_cert, server_key, client_cert, client_key)
