@@ -29,17 +29,16 @@ def test_names_compare_as_hosts_do() -> None:
 
 
 def test_a_certificate_passes_for_the_member_it_names_by_name_or_host() -> None:
-    peers = PeerNames(lambda: MEMBERS, required=True)
+    peers = PeerNames(lambda: MEMBERS)
     peers.check(Call(b"r0"), "Fetch", "r0")  # CN = the member's name
     peers.check(Call(b"x", b"10.0.0.1"), "Fetch", "r0")  # SAN IP = its host
     peers.check(Call(b"x", b"broker-1.example.com"), "Fetch", "r1")  # SAN DNS, any case
     peers.check(Call(b"x", b"0::1"), "Fetch", "r2")
     peers.check(Call(b"r1"), "TopicCreate")  # any member
-    PeerNames(lambda: MEMBERS, required=False).check(Call(b"nobody"), "Fetch", "r0")
 
 
 def test_a_certificate_naming_another_member_or_none_is_refused_saying_so() -> None:
-    peers = PeerNames(lambda: MEMBERS, required=True)
+    peers = PeerNames(lambda: MEMBERS)
     with pytest.raises(ForbiddenError, match=r"names r0, not r1 \(host Broker-1"):
         peers.check(Call(b"r0", b"r0"), "Fetch", "r1")
     with pytest.raises(ForbiddenError, match="names txmq client, not any member"):

@@ -37,7 +37,6 @@ from txmq.broker.admin_views import view_methods
 from txmq.broker.cluster_admin import cluster_methods, create_topic, delete_topic
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
-from txmq.broker.peer_names import PeerNames
 from txmq.broker.topics import TopicInfo
 from txmq.errors import (
     CODE_BAD_REQUEST,
@@ -197,9 +196,7 @@ def refusal(exc: Exception, method: str) -> dict[str, Any]:
 _WRITES_LOG: Final = frozenset({"TxnResolve"})
 
 
-def add_admin(server: Any, parts: Parts, service: Any, peers: PeerNames | None = None) -> None:
-    """Register the admin channel; with ``peers``, a peer's forwarded create or delete is
-    served only to a certificate naming a member (peer_names.py)."""
+def add_admin(server: Any, parts: Parts, service: Any) -> None:
     handlers = {}
     for name, fn in AdminMethods(parts, service.membership).table().items():
 
@@ -213,8 +210,6 @@ def add_admin(server: Any, parts: Parts, service: Any, peers: PeerNames | None =
                 args = json.loads(body or b"{}")
                 if not isinstance(args, dict):
                     raise BadRequestError("request body must be a JSON object")
-                if peers is not None and args.get("forwarded"):
-                    peers.check(context, name)
                 result = await service.run(fn, args)
                 if name in _WRITES_LOG and service.ack_gate is not None:
                     await service.ack_gate()  # a replica group's leader: SYNC, and fenced

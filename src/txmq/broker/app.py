@@ -41,11 +41,12 @@ from txmq.broker.edge import AuthInterceptor
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
-from txmq.broker.peer_names import PeerNames, required
+from txmq.broker.peer_names import PeerInterceptor, peer_interceptor
 from txmq.broker.replication import Replication, add_replica
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, invariant
+from txmq.protocol.acl import Acl
 from txmq.protocol.client_security import ClientSecurity
 from txmq.store.acked import load_acked_end
 from txmq.store.disk import OsDisk
@@ -189,10 +190,20 @@ def advertised_host(config: BrokerConfig) -> str:
     return config.host
 
 
-def _grpc_server(guard: Guard | None, parts: Parts) -> Any:
-    edge = None if guard is None else [AuthInterceptor(guard, parts.now_ms, parts.metrics.refusals)]
+def _guard(acl: Acl | None, config: BrokerConfig, parts: Parts) -> Guard | None:
+    if acl is None or config.acl_file is None:
+        return None
+    return Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
+
+
+def _grpc_server(guard: Guard | None, parts: Parts, peers: PeerInterceptor | None) -> Any:
+    edge: list[Any] = []
+    if guard is not None:
+        edge.append(AuthInterceptor(guard, parts.now_ms, parts.metrics.refusals))
+    if peers is not None:  # last: around the handlers themselves (peer_names.py)
+        edge.append(peers)
     return grpc.aio.server(
-        interceptors=edge,
+        interceptors=edge or None,
         options=[
             ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
             ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -231,9 +242,7 @@ def _add_services(
         membership=membership,
     )
     add_messaging_service(servicer, server)
-    members = membership.cluster.members
-    peers = PeerNames(lambda: {m.name: m.host for m in members}, required=required(parts.config))
-    add_admin(server, parts, servicer, peers)
+    add_admin(server, parts, servicer)
     add_data(server, parts, servicer)
     add_bundles(server, parts, servicer)
     return consume, servicer
@@ -250,15 +259,7 @@ def _lead_with(
         parts.config.min_insync_replicas,
         positions=parts.deliveries.snapshot,
     )
-    group = servicer.membership.group
-
-    def replicas() -> dict[str, str]:
-        """The group's replicas, name -> host: the cluster file's, else etcd's list."""
-        if parts.config.cluster_file is not None:
-            return {m.name: m.host for m in group.replicas}
-        return {n: e.rsplit(":", 1)[0] for n, e in leadership.replicas.items()}
-
-    add_replica(server, replication, servicer, PeerNames(replicas, required=required(parts.config)))
+    add_replica(server, replication, servicer)
     servicer.ack_gate = replication.acknowledge
 
 
@@ -317,10 +318,9 @@ async def serve(
     parts = _open_parts(config, leadership)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []
-    guard = None
-    if acl is not None and config.acl_file is not None:
-        guard = Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
-    server = _grpc_server(guard, parts)
+    guard = _guard(acl, config, parts)
+    known: list[Membership] = []  # this member's place, once it is known (below)
+    server = _grpc_server(guard, parts, peer_interceptor(config, leadership, known))
     consume: ConsumeRpcs | None = None
     owned: Membership | None = None
     try:
@@ -330,6 +330,7 @@ async def serve(
         if membership is None:
             membership = owned = membership_for(config, found, port, parts.now_ms, peers)
         membership.security = peers
+        known.append(membership)
         # The sink's check-back reads a batch's ledger on its home member (txn/ledger.py).
         parts.ledger.place(membership.group.name, membership.find_at if membership.peers else None)
         consume, servicer = _add_services(server, parts, executor, membership)

@@ -40,7 +40,6 @@ from txmq.broker.data import _args, _int
 from txmq.broker.election import BELOW_CONFIRMED, Confirmed, InSync, Member, sort_key
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
-from txmq.broker.peer_names import PeerNames
 from txmq.broker.topics import TopicRegistry
 from txmq.broker.waiters import wait, wake
 from txmq.errors import (
@@ -395,18 +394,12 @@ def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
     return leader.epoch, epochs
 
 
-def add_replica(
-    server: Any, replication: Replication, service: Any, peers: PeerNames | None = None
-) -> None:
-    """Register the Replica channel (leader side) on ``server``; with ``peers``, Fetch and
-    Epochs are served only to a certificate naming the replica they are for (peer_names.py)."""
+def add_replica(server: Any, replication: Replication, service: Any) -> None:
+    """Register the Replica channel (leader side) on ``server``."""
 
     async def fetch(body: bytes, context: Any) -> bytes:
         try:
-            args = _args(body)
-            if peers is not None and peers.required:
-                peers.check(context, "Fetch", str(args.get("follower", "")))
-            header, data = await replication.fetch(args, service.run)
+            header, data = await replication.fetch(_args(body), service.run)
             return channels.frame(header, [data])
         except Exception as exc:
             return channels.frame(refusal(exc, "Fetch"))
@@ -416,11 +409,7 @@ def add_replica(
 
     async def epochs(body: bytes, context: Any) -> bytes:
         try:
-            args = _args(body)
-            if peers is not None:
-                follower = args.get("follower")
-                peers.check(context, "Epochs", str(follower) if follower is not None else None)
-            return channels.frame(replication.epochs_of(args))
+            return channels.frame(replication.epochs_of(_args(body)))
         except Exception as exc:
             return channels.frame(refusal(exc, "Epochs"))
 
