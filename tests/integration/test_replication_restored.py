@@ -122,7 +122,7 @@ def test_a_member_restored_from_a_backup_never_leads_with_less(group, etcd_endpo
     follower.start()
 
     def decided() -> bool:
-        return status(follower.endpoints).get("role") == "leader" or LOST in follower.log_tail()
+        return status(follower.endpoints).get("role") == "leader" or LOST in follower.log_tail(400)
 
     wait_until(decided, 15, "the restored member leads or says it lost records")
     restored_led = status(follower.endpoints).get("role") == "leader"
@@ -154,7 +154,9 @@ def test_a_member_restored_while_its_leader_runs_counts_only_once_caught_up(
     follower.kill9()
     restore(follower, backup)
     follower.start()
-    wait_until(lambda: LOST in follower.log_tail(), 15, "the restored member says it lost records")
+    wait_until(
+        lambda: LOST in follower.log_tail(400), 15, "the restored member says it lost records"
+    )
     again = members(leader, follower)
     assert not again & both - members(leader), f"the restored member kept its incarnation: {again}"
     wait_until(lambda: stored(etcd_endpoint) == again, 20, f"{again} stored")
