@@ -90,14 +90,21 @@ def test_consume_queue_writes_across_files_and_truncates(tmp_path: Path) -> None
     cq = ConsumeQueue(tmp_path, OsDisk(), 16)
     for i in range(40):
         cq.append(i, 1000 + i, 50, "a" if i % 2 else "")
-    assert cq.entries(0, 1) == [], "buffered entries are not readable before write_out"
+    expected = [(1000 + i, 50, tag_hash("a" if i % 2 else "")) for i in range(14, 18)]
+    assert cq.entries(14, 4) == expected, "buffered entries are read from memory"
+    cq.write_out(at_least=40 * 20 + 1)
+    assert cq.written_end == 0 and cq.files == {}, "below the threshold nothing is written"
+    cq.write_out(at_least=40 * 20)
+    assert cq.written_end == 40 and sorted(cq.files) == [0, 16, 32]
+    assert cq.entries(14, 4) == expected
+    for i in range(40, 43):
+        cq.append(i, 1000 + i, 50, "")
+    assert cq.entries(38, 9) == [*cq.entries(38, 2), (1040, 50, 0), (1041, 50, 0), (1042, 50, 0)]
+    assert cq.entries(31, 2)[1] == (1032, 50, 0), "from the file, across a file boundary"
     cq.write_out()
-    assert sorted(cq.files) == [0, 16, 32]
-    assert cq.entries(14, 4) == [
-        (1000 + i, 50, tag_hash("a" if i % 2 else "")) for i in range(14, 18)
-    ]
+    assert cq.written_end == cq.max_offset == 43
     with pytest.raises(CorruptRecordError):
-        cq.append(41, 5000, 50, "")
+        cq.append(44, 5000, 50, "")
     assert [base for base, _ in cq.take_dirty()] == [0, 16, 32]
     assert cq.take_dirty() == [], "taking the dirty files forgets them"
     cq.truncate_to(20)

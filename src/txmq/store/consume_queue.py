@@ -4,9 +4,13 @@ Owns: the 20-byte entry files (commit-log offset u64, size u32, tag hash u64, as
 CQ_STORE_UNIT_SIZE), in files of ``entries_per_file`` entries named by the queue offset of their
 first slot, under ``consumequeue/<topic>/<queue id>/``. Derived data: everything here can be
 rebuilt from the commit log, so entries are written without fsync and synced at checkpoints.
-Appends are buffered and written with one pwrite per file per dispatch batch (``write_out``).
-Must not: read the commit log, decide which records enter a queue, or lock (the dispatcher
-serialises access).
+Appends are buffered in memory and written with one pwrite per file once the buffer holds
+DERIVED_WRITE_BYTES, or when the dispatcher asks for everything (before a checkpoint records
+``max_offset``, a patch, a truncation or retention): ``write_out``. Readers get buffered entries
+from memory (``entries``), so a buffered entry is as readable as a written one; only the file
+lags, and a crash loses nothing the log cannot give back (recovery re-dispatches from the
+checkpoint, which never counts a buffered entry). Must not: read the commit log, decide which
+records enter a queue, or lock (the dispatcher serialises access).
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class ConsumeQueue:
         self.min_offset = 0
         self.max_offset = 0  # next queue offset to assign
         self._dirty: set[int] = set()
-        # Entries appended but not yet written: (first queue offset, packed bytes).
+        # Entries appended but not yet written to the file: the first one's queue offset
+        # (every entry below it is in the file) and their packed bytes, up to ``max_offset``.
         self._buf_at = 0
         self._buf = bytearray()
         for name in disk.list(directory):
@@ -107,10 +112,17 @@ class ConsumeQueue:
         self._buf += ENTRY.pack(physical_offset, size, tag_hash(tag))
         self.max_offset += 1
 
-    def write_out(self) -> None:
-        """Write buffered entries, one pwrite per entry file they touch. What a failed write
-        leaves unwritten stays buffered, so calling again retries it (the same bytes at the
-        same place)."""
+    @property
+    def written_end(self) -> int:
+        """Queue offset below which every entry is in the file (the rest is buffered)."""
+        return self._buf_at
+
+    def write_out(self, at_least: int = 0) -> None:
+        """Write buffered entries once they are ``at_least`` bytes (0: whatever there is), one
+        pwrite per entry file they touch. What a failed write leaves unwritten stays buffered,
+        so calling again retries it (the same bytes at the same place)."""
+        if len(self._buf) < at_least:
+            return
         while self._buf:
             handle, pos = self._file(self._buf_at)
             n = min(len(self._buf) // ENTRY.size, self.per_file - self._buf_at % self.per_file)
@@ -127,17 +139,22 @@ class ConsumeQueue:
         return got[0]
 
     def entries(self, start: int, count: int) -> list[tuple[int, int, int]]:
-        """Up to ``count`` written entries from ``start``, one pread per entry file."""
+        """Up to ``count`` entries from ``start``: written ones with one pread per entry file,
+        buffered ones from memory."""
         out: list[tuple[int, int, int]] = []
         offset = max(start, self.min_offset)
-        end = min(self._buf_at, offset + max(0, count))
-        while offset < end:
+        end = min(self.max_offset, offset + max(0, count))
+        in_file = min(self._buf_at, end)
+        while offset < in_file:
             handle, pos = self._file(offset)
-            n = min(end - offset, self.per_file - offset % self.per_file)
+            n = min(in_file - offset, self.per_file - offset % self.per_file)
             data = handle.pread(n * ENTRY.size, pos)
             invariant(len(data) == n * ENTRY.size, "short consume-queue file")
             out.extend(ENTRY.iter_unpack(data))
             offset += n
+        if offset < end:
+            at = (offset - self._buf_at) * ENTRY.size
+            out.extend(ENTRY.iter_unpack(self._buf[at : at + (end - offset) * ENTRY.size]))
         return out
 
     def patch(self, found: dict[int, tuple[int, int, int]]) -> int:
@@ -184,6 +201,9 @@ class ConsumeQueue:
 
     def drop_before(self, queue_offset: int) -> None:
         """Retention: forget entries below ``queue_offset`` and delete whole files below it."""
+        # Never past the file's end: buffered entries stay (readers skip their deleted records)
+        # until written out, so no file a pending write needs is removed. Retention's
+        # checkpoint writes the buffers out first, unless the disk is full.
         self.min_offset = max(self.min_offset, min(queue_offset, self._buf_at))
         # The newest file always stays, even when every entry in it expired: the queue's next
         # offset is read back from it at open, and queue offsets must never go back.
@@ -205,8 +225,8 @@ class ConsumeQueue:
         self._dirty.add(base)
 
     def locate(self, queue_offset: int) -> tuple[FileHandle, int] | None:
-        """(file, position) of a written entry, for a read outside the dispatcher's lock; None
-        when ``queue_offset`` is outside what the queue holds written."""
+        """(file, position) of an entry in the file, for a read outside the dispatcher's lock;
+        None when ``queue_offset`` is outside what the file holds (buffered, or not held)."""
         if not self.min_offset <= queue_offset < self._buf_at:
             return None
         return self._file(queue_offset)

@@ -6,6 +6,18 @@ i.e. visible. Only NORMAL and COMMIT records (any topic, system topics included)
 consume queue; PREPARED and ROLLBACK records are indexed but never queued. Must not: read the
 commit log, decide durability (the flusher publishes only durable records in SYNC mode) or
 take the writer lock (lock order is writer lock, then this one).
+
+Derived writes (issue 17): ``publish`` puts entries in memory, where readers see them at once,
+and writes a queue's or the index's buffer to its file only once it holds DERIVED_WRITE_BYTES,
+so most publishes make no syscall, and hold ``lock`` across none. The rule that keeps recovery
+exact: **a derived file may lag its entries in memory, but never what a checkpoint records**.
+``snapshot`` writes every buffer out (under ``lock``) before it reads the lengths the checkpoint
+will promise, and ``sync`` then fsyncs those files; recovery truncates each file to the
+checkpoint and re-dispatches the log from there, so entries a crash lost from memory come back
+from the commit log, the only truth. Whatever changes files under an entry (``patch``,
+``truncate_to``, ``compact_index``, ``replace_index``) writes the buffers out
+first, so it works on files that hold every entry; retention (``drop_expired``) writes
+nothing, so it works on a full disk, and moves a queue's start no further than its file's end.
 """
 
 from __future__ import annotations
@@ -14,7 +26,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Final
 
+from txmq import limits
 from txmq.errors import CorruptRecordError, is_disk_full
 from txmq.format.record import Entry, enters_queue
 from txmq.store.checkpoint import Checkpoint
@@ -24,6 +38,10 @@ from txmq.store.disk import Disk, FileHandle
 from txmq.store.index import ENTRY, MessageIndex, hashes_of
 
 CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
+# A queue's or the index's buffered entries are written to its file once they are this many
+# bytes (~200 queue entries, 256 index entries): one pwrite per that many instead of one per
+# group commit, and most publishes make no syscall under ``lock`` (issue 17).
+DERIVED_WRITE_BYTES: Final = 4 * limits.KiB
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +70,9 @@ class Dispatcher:
         self.before_growth: Callable[[int], None] = lambda nbytes: None
         # Recovery after retention may rebuild a queue whose first records are gone.
         self.allow_late_start = False
+        # A queue's or the index's buffer is written to its file once it holds this many bytes
+        # (see the module docstring; tests lower it).
+        self.write_bytes = DERIVED_WRITE_BYTES
         disk.makedirs(self.root)
         for topic in disk.list(self.root):
             for qid in disk.list(self.root / topic):
@@ -86,12 +107,7 @@ class Dispatcher:
                         cq.start_at(e.queue_offset)
                     cq.append(e.queue_offset, e.physical_offset, e.size, e.tag)
                 self.index.add(hashes_of(e.topic, e.message_id, e.keys), e.physical_offset)
-            try:
-                self._write_out(touched.values())
-            except OSError as exc:
-                if not (is_disk_full(exc) and self.on_disk_full()):
-                    raise
-                self._write_out(touched.values())  # write_out keeps what it could not write
+            self._write_out(touched.values(), self.write_bytes)
             self.end = max(self.end, end)
 
     def reserve(self, queue_ends: dict[tuple[str, int], int], index_entries: int) -> None:
@@ -108,14 +124,35 @@ class Dispatcher:
                 self.queue(topic, queue_id).reserve_to(end, self.before_growth)
             self.index.reserve(index_entries, self.before_growth)
 
-    def _write_out(self, queues: Iterable[ConsumeQueue]) -> None:
+    def _write_out(self, queues: Iterable[ConsumeQueue], at_least: int = 0) -> None:
+        """Write the buffers of ``queues`` and the index that hold ``at_least`` bytes (0: all).
+        Caller holds ``lock``.
+
+        Raises:
+            OSError: a write failed (a full disk only if giving the reserve back did not help);
+                what was not written stays buffered.
+        """
+        try:
+            self._write_each(queues, at_least)
+        except OSError as exc:
+            if not (is_disk_full(exc) and self.on_disk_full()):
+                raise
+            self._write_each(queues, at_least)  # write_out keeps what it could not write
+
+    def _write_each(self, queues: Iterable[ConsumeQueue], at_least: int) -> None:
         for cq in queues:
-            cq.write_out()
-        self.index.write_out()
+            cq.write_out(at_least)
+        self.index.write_out(at_least)
 
     def snapshot(self) -> Checkpoint:
-        """What a checkpoint taken now may promise (call ``sync`` before saving it)."""
+        """What a checkpoint taken now may promise (call ``sync`` before saving it): every
+        buffered entry is written out first, so the lengths it records are the files'.
+
+        Raises:
+            OSError: writing a buffer out failed (see ``_write_out``).
+        """
         with self.lock:
+            self._write_out(list(self.queues.values()))
             queues = {key: cq.max_offset for key, cq in self.queues.items()}
             return Checkpoint(self.end, self.index.entries, queues)
 
@@ -125,9 +162,10 @@ class Dispatcher:
         The files are picked under ``lock`` and synced after letting go of it, so publish (the
         flusher) and readers do not wait out the fsyncs. Everything written before this call
         is durable when it returns, which is all a checkpoint taken before it promises
-        (``snapshot``); a write racing the fsync marks its file dirty again for the next sync.
-        A file retired meanwhile (retention, an index rebuild or compaction) is skipped: its
-        entries are expired, or its replacement was synced before it took its place.
+        (``snapshot`` wrote every buffered entry out); a write racing the fsync marks its file
+        dirty again for the next sync. A file retired meanwhile (retention, an index rebuild or
+        compaction) is skipped: its entries are expired, or its replacement was synced before
+        it took its place.
 
         Raises:
             OSError: an fsync of a live file failed (fatal: ADR 0001).
@@ -169,6 +207,7 @@ class Dispatcher:
         missing = [k for k, n in checkpoint.queues.items() if n and k not in self.queues]
         if missing:
             raise CorruptRecordError(-1, f"consume queue {missing[0]} is missing")
+        self._write_out(list(self.queues.values()))
         for key, cq in self.queues.items():
             cq.truncate_to(checkpoint.queues.get(key, cq.min_offset))
         self.index.truncate_to(checkpoint.index_entries)
@@ -212,6 +251,8 @@ class Dispatcher:
         letting go of it; None when the offset is outside what the queue holds, or retention
         retired its file meanwhile."""
         with self.lock:
+            if cq.written_end <= queue_offset < cq.max_offset:
+                return cq.entries(queue_offset, 1)[0]  # buffered: from memory
             where = cq.locate(queue_offset)
         if where is None:
             return None
@@ -229,8 +270,9 @@ class Dispatcher:
         return phys, size, tag
 
     def written_entry(self, topic: str, queue_id: int, queue_offset: int) -> CqEntry | bool:
-        """The queue's written entry at ``queue_offset``; True when the offset is outside what
-        the queue holds (expired, or not yet written out), False when the queue is unknown."""
+        """The queue's entry at ``queue_offset`` (written or buffered); True when the offset is
+        outside what the queue holds (expired, or not yet published), False when the queue is
+        unknown."""
         with self.lock:
             cq = self.queues.get((topic, queue_id))
             if cq is None:
@@ -241,8 +283,10 @@ class Dispatcher:
         return got[0] if got else False
 
     def patch(self, cq: ConsumeQueue, found: dict[int, CqEntry]) -> int:
-        """``ConsumeQueue.patch`` under the lock; returns how many entries changed."""
+        """``ConsumeQueue.patch`` under the lock, its buffer written first; returns how many
+        entries changed."""
         with self.lock:
+            self._write_out([cq])
             return cq.patch(found)
 
     def candidates(self, key_hash: int, floor: int) -> list[int]:
@@ -254,6 +298,7 @@ class Dispatcher:
         """Swap in an index of ``rows`` ((hash, offset) in log order, for records below
         ``end``) plus the entries of records dispatched since, re-read from the live index.
         Caller holds ``lock``; writes a new file and renames it over the old one."""
+        self._write_out([])
         later = [(h, p) for h, p in self.index.rows() if p >= end]
         tmp = self.index.path.with_name(self.index.path.name + ".rebuild")
         out = self.disk.open(tmp)
@@ -270,6 +315,7 @@ class Dispatcher:
         reader. Skipped on a full disk (the old file stays correct, only longer)."""
         with self.lock:
             try:
+                self._write_out([])
                 self.index.compact(floor, self.disk)
             except OSError as exc:
                 if not is_disk_full(exc):

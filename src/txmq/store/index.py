@@ -5,8 +5,10 @@ commit-log offset) and the in-memory hash chains built from it at open.
 
 Why this design and not RocketMQ's hash-slot IndexFile: an on-disk hash table needs a random
 write per key, which Python can only do one syscall at a time; an append-only file is written
-with one pwrite per dispatch batch and is trivially crash-safe (the checkpoint records its
-length; recovery truncates to it and re-dispatches from the log). Lookups stay O(1) + chain
+with one pwrite per DERIVED_WRITE_BYTES of entries (lookups use the chains in memory; the file
+is read only at open) and is trivially crash-safe (the checkpoint records its written length,
+after the dispatcher wrote the buffer out; recovery truncates to it and re-dispatches from the
+log). Lookups stay O(1) + chain
 length through RocketMQ's own trick, kept in memory: ``_heads`` maps a hash to its newest entry
 and ``_prev`` links each entry to the previous entry with the same hash, so a key costs one
 dict slot plus 16 bytes per entry (two ``array('q')`` cells) instead of a Python list per key.
@@ -109,15 +111,17 @@ class MessageIndex:
             self._reserved = space.reserve(self.handle, self._reserved, need, ahead, before_growth)
         self._promised = promised
 
-    def write_out(self) -> None:
-        if self._buf:
+    def write_out(self, at_least: int = 0) -> None:
+        """Write the buffered entries once they are ``at_least`` bytes (0: whatever there is).
+        A failed write keeps them buffered, so calling again retries it."""
+        if self._buf and len(self._buf) >= at_least:
             self.handle.pwrite(bytes(self._buf), self.size)
             self.size += len(self._buf)
             self._buf = bytearray()
             self._dirty = True
 
     def rows(self) -> list[tuple[int, int]]:
-        """Every written (hash, offset) entry, in file order."""
+        """Every written (hash, offset) entry, in file order (buffered ones excluded)."""
         return list(ENTRY.iter_unpack(self.handle.pread(self.size, 0)))
 
     def holds(self, h: int, phys: int) -> bool:
@@ -150,6 +154,7 @@ class MessageIndex:
         Raises:
             CorruptRecordError: the file holds fewer entries than the checkpoint promised.
         """
+        invariant(not self._buf, "truncate with buffered entries")
         if entries > self.entries:
             raise CorruptRecordError(-1, f"{self.path} is shorter than the checkpoint")
         if entries == self.entries and len(self._phys) == entries:

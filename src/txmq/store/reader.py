@@ -125,7 +125,10 @@ class Reader:
             cq, lo, hi = self._queue(topic, queue_id)
             if cq is None or not lo <= queue_offset < hi:
                 return None
-            entry = cq.entry(queue_offset)
+            at, got = self._entries(cq, queue_offset, 1)  # under the dispatcher's lock
+            if at != queue_offset or not got:
+                return None  # retention moved the queue past it meanwhile
+            entry = got[0]
         return None
 
     def _damaged_in_log(
