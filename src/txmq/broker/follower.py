@@ -21,8 +21,7 @@ import json
 import logging
 import os
 import shutil
-import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
 from txmq.broker.election import BELOW_CONFIRMED
 from txmq.broker.forward import LOCAL, V2_SERVICE, Forwarder
+from txmq.broker.leader_link import LeaderLink
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership, copy_definition
 from txmq.broker.offsets import FILE_NAME as POSITIONS_FILE
@@ -53,7 +53,7 @@ from txmq.errors import (
     invariant,
 )
 from txmq.protocol import channels, mapping
-from txmq.protocol.client_security import PLAINTEXT, ClientSecurity, open_aio_channel
+from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 from txmq.store.acked import AckedEnd
 from txmq.store.epochs import EpochFile, EpochStart, divergence_point
 from txmq.store.identity import incarnation, renew_incarnation
@@ -111,8 +111,6 @@ class Follower:
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.config = config
-        # How the leader is called: TLS and the signature of cluster_access_key when secured.
-        self.security = security
         self.leadership = leadership
         self.group = group
         self.store_dir: Path = config.data_dir / "store"
@@ -137,7 +135,8 @@ class Follower:
         self.fetched_ms = 0
         self.caught_up_ms = 0
         self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS
-        self._channel: tuple[str, Any] | None = None
+        # How the leader is called: TLS and the signature of cluster_access_key when secured.
+        self.link = LeaderLink(security)
         # More of Replica.Status (replica_node.py: the forwarder's counts).
         self.more_status: Callable[[], dict[str, Any]] = dict
         self._cutting = False  # the store is closed for a cut (_truncate)
@@ -173,36 +172,8 @@ class Follower:
     def close(self) -> None:
         if self.leadership.local is self:
             self.leadership.local = None
-        if self._channel is not None:
-            asyncio.get_running_loop().create_task(self._channel[1].close())
+        self.link.close()
         self.store.close()
-
-    def _stub(self, endpoint: str, method: str = "Fetch") -> Any:
-        if self._channel is None or self._channel[0] != endpoint:
-            if self._channel is not None:
-                asyncio.get_running_loop().create_task(self._channel[1].close())
-            self._channel = (endpoint, open_aio_channel(endpoint, self.security))
-        return self._channel[1].unary_unary(f"/{SERVICE}/{method}")
-
-    async def _call(self, endpoint: str, method: str, args: dict[str, Any]) -> bytes | None:
-        """One call to the leader's Replica channel; None (logged, after a pause) on failure."""
-        call = self._stub(endpoint, method)
-        timeout = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
-        try:
-            # Signed with the wall clock: the lease clock is monotonic, not a date.
-            metadata = self.security.metadata(time.time_ns() // 1_000_000)
-            reply: bytes = await call(json.dumps(args).encode(), timeout=timeout, metadata=metadata)
-        except grpc.aio.AioRpcError as exc:
-            log.info("%s from %s failed: %s", method, endpoint, exc.code())
-            if exc.code() is grpc.StatusCode.UNAVAILABLE and self._channel is not None:
-                # A fresh channel next time: a leader restarted on the same port is reached at
-                # once, not after the old channel's reconnect backoff (which grows to minutes,
-                # during which this follower stays eligible by its last successful fetch).
-                asyncio.get_running_loop().create_task(self._channel[1].close())
-                self._channel = None
-            await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
-            return None
-        return reply
 
     async def step(self) -> None:
         """One fetch from the current leader (or a short wait when there is none)."""
@@ -220,7 +191,7 @@ class Follower:
             "last": list(self.last) if self.last else None,
             "topics": want_topics,
         }
-        reply = await self._call(leader.endpoint, "Fetch", args)
+        reply = await self.link.fetch(leader.endpoint, args)
         if reply is None:
             return
         header, payload = channels.split(reply, "Fetch")
@@ -305,7 +276,7 @@ class Follower:
         """Our tail is not the leader's: ask for its epoch history (Kafka's
         OffsetsForLeaderEpoch) and cut our log where the two last agree."""
         me = self.leadership.election.me
-        reply = await self._call(endpoint, "Epochs", {"epoch": epoch, "follower": me})
+        reply = await self.link.call(endpoint, "Epochs", {"epoch": epoch, "follower": me})
         if reply is None:
             return
         header, _ = channels.split(reply, "Epochs")
@@ -482,8 +453,14 @@ def add_follower_services(
     async def fetch(body: bytes, context: Any) -> bytes:
         return channels.frame(refusal(NotLeaderError("this replica follows"), "Fetch"))
 
+    async def follow(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for _ in requests:
+            yield await fetch(b"", context)  # refused, then ended (as a leader's refusal)
+            return
+
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
+        "Follow": grpc.stream_stream_rpc_method_handler(follow),
         "Epochs": grpc.unary_unary_rpc_method_handler(fetch),
         "Status": grpc.unary_unary_rpc_method_handler(status),
     }

@@ -1,8 +1,10 @@
 """The leader's side of a replica group: the Replica channel, the in-sync set, SYNC acks.
 
 Owns: ``txmq.replica.v1.Replica`` (``Fetch``: a follower's long poll for the commit log from
-its end offset; ``Epochs``: this leader's epoch history and end, for a follower whose tail
-diverged; ``Status``: this replica's role, leader, epoch, end, in-sync set and lags), stamping
+its end offset; ``Follow``: the same rounds on one long-lived stream, a request and its reply
+in lockstep, ended after a refusal (leader_link.py is the follower's side); ``Epochs``: this
+leader's epoch history and end, for a follower whose tail diverged; ``Status``: this replica's
+role, leader, epoch, end, in-sync set and lags), stamping
 the log with this leader's epoch before its first write (store/epochs.py),
 and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
@@ -29,7 +31,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import grpc
@@ -397,12 +399,26 @@ def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
 def add_replica(server: Any, replication: Replication, service: Any) -> None:
     """Register the Replica channel (leader side) on ``server``."""
 
-    async def fetch(body: bytes, context: Any) -> bytes:
+    async def answer(body: bytes) -> tuple[bytes, bool]:
+        """A fetch request's reply, and whether it was not a refusal."""
         try:
             header, data = await replication.fetch(_args(body), service.run)
-            return channels.frame(header, [data])
+            return channels.frame(header, [data]), True
         except Exception as exc:
-            return channels.frame(refusal(exc, "Fetch"))
+            return channels.frame(refusal(exc, "Fetch")), False
+
+    async def fetch(body: bytes, context: Any) -> bytes:
+        return (await answer(body))[0]
+
+    async def follow(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """Fetch rounds on one stream (leader_link.py): each request answered as ``Fetch``
+        answers it, in lockstep. A refusal ends the stream (the follower opens another when it
+        fetches again), so a replica that stopped leading is not held by its followers."""
+        async for body in requests:
+            reply, ok = await answer(body)
+            yield reply
+            if not ok:
+                return
 
     async def status(body: bytes, context: Any) -> bytes:
         return channels.frame(replication.status())
@@ -415,6 +431,7 @@ def add_replica(server: Any, replication: Replication, service: Any) -> None:
 
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
+        "Follow": grpc.stream_stream_rpc_method_handler(follow),
         "Epochs": grpc.unary_unary_rpc_method_handler(epochs),
         "Status": grpc.unary_unary_rpc_method_handler(status),
     }

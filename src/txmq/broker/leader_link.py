@@ -1,0 +1,131 @@
+"""A follower's calls to its leader's Replica channel (replication.py serves them).
+
+Owns: the channel to the current leader (one per leader endpoint: a new leader, or a leader
+that went UNAVAILABLE, gets a fresh one), the unary calls (``Epochs``), and the fetch rounds:
+each one request and its reply, in lockstep, on one long-lived ``Follow`` stream per channel
+(the same request and reply bytes as a unary ``Fetch``), or unary ``Fetch`` calls to a leader
+that has no ``Follow`` (an older txmq).
+Must not: decide what a reply means, or retry beyond one pause after a failure (follower.py's
+fetch loop calls again).
+
+Why a stream: a fetch round is on the path of every SYNC acknowledgement, and a unary gRPC call
+costs its setup on both sides each time (a call object, HTTP/2 stream and headers, deadline,
+signature, the server's handler dispatch). In isolation (grpc.aio on uvloop, a 3 KiB reply,
+2026-11-27): a unary round trip ~440 us and ~500 us of CPU on both sides together, a message
+each way on an open stream ~160 us and ~215 us. The stream keeps the unary call's rounds (no
+push, no second request in flight: what the reverted streaming Fetch of 2026-11-23 changed),
+so the rounds per acknowledged write stay as they were (docs/benchmarks.md, issue 19).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import grpc
+
+from txmq import limits
+from txmq.broker.replication import SERVICE
+from txmq.protocol.client_security import ClientSecurity, open_aio_channel
+
+log = logging.getLogger(__name__)
+# One round's bound: the leader's long poll, then as long as an etcd call may take.
+ROUND_TIMEOUT_S = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
+
+
+class LeaderLink:
+    """The follower's channel to its leader and the fetch stream on it (one per follower)."""
+
+    def __init__(self, security: ClientSecurity) -> None:
+        # How the leader is called: TLS and the signature of cluster_access_key when secured.
+        self.security = security
+        self._channel: tuple[str, Any] | None = None
+        self._stream: Any = None  # the open Follow call on _channel, or None
+        self._unary_only = False  # _channel's leader has no Follow: fetch with unary calls
+
+    def close(self) -> None:
+        self._drop_stream()
+        if self._channel is not None:
+            asyncio.get_running_loop().create_task(self._channel[1].close())
+            self._channel = None
+
+    def _open(self, endpoint: str) -> Any:
+        if self._channel is None or self._channel[0] != endpoint:
+            self.close()
+            self._channel = (endpoint, open_aio_channel(endpoint, self.security))
+            self._unary_only = False
+        return self._channel[1]
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        # Signed with the wall clock: the lease clock is monotonic, not a date.
+        return self.security.metadata(time.time_ns() // 1_000_000)
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+
+    async def call(self, endpoint: str, method: str, args: dict[str, Any]) -> bytes | None:
+        """One unary call to the leader's Replica channel; None (logged, after a pause) on
+        failure."""
+        call = self._open(endpoint).unary_unary(f"/{SERVICE}/{method}")
+        try:
+            reply: bytes = await call(
+                json.dumps(args).encode(), timeout=ROUND_TIMEOUT_S, metadata=self._metadata()
+            )
+        except grpc.aio.AioRpcError as exc:
+            await self._failed(method, endpoint, exc.code())
+            return None
+        return reply
+
+    async def fetch(self, endpoint: str, args: dict[str, Any]) -> bytes | None:
+        """One fetch round: the leader's reply to ``args``; None (logged, after a pause) on
+        failure, the stream then dropped (the next round opens another)."""
+        self._open(endpoint)
+        if self._unary_only:
+            return await self.call(endpoint, "Fetch", args)
+        try:
+            return await self._round(json.dumps(args).encode())
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                log.info("%s has no Follow stream: fetching with unary calls", endpoint)
+                self._unary_only = True
+                return await self.call(endpoint, "Fetch", args)
+            await self._failed("Follow", endpoint, exc.code())
+        except TimeoutError:  # a leader paused or cut off: no deadline of gRPC's ends a stream
+            await self._failed("Follow", endpoint, grpc.StatusCode.DEADLINE_EXCEEDED)
+        except asyncio.InvalidStateError:  # the leader ended the stream as we wrote to it
+            log.info("Follow stream to %s ended by the leader: opening another", endpoint)
+        return None
+
+    async def _round(self, body: bytes) -> bytes | None:
+        stream = self._stream
+        if stream is None or stream.done():
+            assert self._channel is not None  # _open made it
+            method = self._channel[1].stream_stream(f"/{SERVICE}/Follow")
+            stream = self._stream = method(metadata=self._metadata())
+        try:
+            # Our own bound, not the call's cancel: a write to a leader that never answered
+            # the stream's start (SIGSTOP) does not return when the call is cancelled.
+            async with asyncio.timeout(ROUND_TIMEOUT_S):
+                await stream.write(body)
+                reply = await stream.read()
+        except BaseException:
+            self._drop_stream()  # a round cut short: its reply must not answer the next one
+            raise
+        if reply is grpc.aio.EOF:  # the leader ended the stream (it refused a round before)
+            self._drop_stream()
+            return None
+        return bytes(reply)
+
+    async def _failed(self, method: str, endpoint: str, code: grpc.StatusCode) -> None:
+        log.info("%s from %s failed: %s", method, endpoint, code)
+        if code is grpc.StatusCode.UNAVAILABLE and self._channel is not None:
+            # A fresh channel next time: a leader restarted on the same port is reached at
+            # once, not after the old channel's reconnect backoff (which grows to minutes,
+            # during which this follower stays eligible by its last successful fetch).
+            self.close()
+        await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
