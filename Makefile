@@ -3,36 +3,61 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench bench-compare clean
+.PHONY: demo test test-slow lint bench bench-compare clean compiled interpreted
+
+# The editable install, then the broker's hot modules compiled to C in place (mypyc_build.py,
+# docs/adr/0007). The list is txmq/compiled.py's; an edit of a listed source rebuilds (make
+# compares times; the broker and the tests compare hashes and refuse a stale build).
+# TXMQ_COMPILE=0 builds interpreted (no .so files); without a C compiler that happens anyway.
+TXMQ_COMPILE ?= 1
+COMPILED_SOURCES := $(addprefix src/,$(shell cd src && $(PY) -c 'from txmq.compiled import COMPILED; print(*COMPILED)'))
+BUILT := $(VENV)/.compiled-$(TXMQ_COMPILE)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev,spark]'
+	$(MAKE) --no-print-directory compiled
 	touch $(STAMP)
 
-demo: $(STAMP)
+$(BUILT): $(COMPILED_SOURCES) src/txmq/compiled.py mypyc_build.py
+	$(MAKE) --no-print-directory compiled
+
+# Rebuild the compiled modules now (TXMQ_COMPILE=0: remove them); `make interpreted` removes
+# them until the next `make compiled` or `make TXMQ_COMPILE=0 test`.
+compiled:
+	rm -f $(VENV)/.compiled-*
+	TXMQ_COMPILE=$(TXMQ_COMPILE) $(VENV)/bin/python mypyc_build.py
+	touch $(BUILT)
+
+interpreted:
+	rm -f $(VENV)/.compiled-*
+	$(VENV)/bin/python mypyc_build.py --clean
+	touch $(VENV)/.compiled-0
+
+demo: $(STAMP) $(BUILT)
 	$(VENV)/bin/txmq demo
 
 # The default suite on TEST_WORKERS pytest-xdist workers (0: one process, as before); a module
 # stays on one worker, and tests/spark/ shares one (one Spark session; tests/conftest.py).
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
+test: $(STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy src
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(BUILT)
 	$(VENV)/bin/pytest -q -m slow
 
-bench: $(STAMP)
+bench: $(STAMP) $(BUILT)
 	$(VENV)/bin/python benchmarks/run_all.py
 
-bench-compare: $(STAMP)
+bench-compare: $(STAMP) $(BUILT)
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	$(VENV)/bin/python benchmarks/compare.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info src/txmq/compiled.json
+	find src -name '*.so' -delete

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
-from typing import Final, TypeVar, dataclass_transform
+from typing import Final
+
+from txmq.frozen import value
 
 # System topics. Names match RocketMQ's so operators recognise them.
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -118,15 +120,6 @@ class DecisionSource(enum.Enum):
 
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
-_T = TypeVar("_T")
-
-
-@dataclass_transform(frozen_default=True, field_specifiers=(field,))
-def value(cls: type[_T]) -> type[_T]:
-    """``dataclass(frozen=True, slots=True)`` for the type checker; at run time the same class
-    (fields, ``__eq__``, ``__hash__`` over the fields, slots) without the frozen ``__setattr__``
-    guard, so a construction is plain slot stores (see the module docstring)."""
-    return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 @value

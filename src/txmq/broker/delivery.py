@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
-from txmq.model import Record, value
+from txmq.frozen import value
+from txmq.model import Record
 
 # A lease picked for the DLQ stays invisible this long while the copy is appended; if the
 # append fails, the sweep decides again after it instead of losing the message.

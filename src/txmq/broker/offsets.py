@@ -34,7 +34,8 @@ from txmq.broker.delivery import (
 )
 from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
-from txmq.model import PROP_MESSAGE_GROUP, Record, value
+from txmq.frozen import value
+from txmq.model import PROP_MESSAGE_GROUP, Record
 from txmq.protocol.mapping import validate_group
 from txmq.store.disk import Disk, OsDisk
 from txmq.store.store import Store

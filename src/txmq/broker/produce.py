@@ -33,6 +33,7 @@ from txmq.errors import (
     invariant,
 )
 from txmq.format.record import validate_draft
+from txmq.frozen import value
 from txmq.model import (
     PROP_DELIVERY_TIMESTAMP_MS,
     PROP_MESSAGE_GROUP,
@@ -42,7 +43,6 @@ from txmq.model import (
     Outcome,
     Outgoing,
     RecordDraft,
-    value,
 )
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions

@@ -15,7 +15,7 @@ import struct
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
-from txmq.model import value
+from txmq.frozen import value
 
 _VERSION = 1
 _TAG_BYTES = 16

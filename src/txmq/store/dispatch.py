@@ -184,6 +184,7 @@ class Dispatcher:
                 with self.lock:
                     if self._live(handle, cq, base):
                         # Not synced: dirty again, so a retry (after a disk-full skip) does.
+                        q: ConsumeQueue | None
                         for h, q, b in todo[i:]:
                             if q is not None and self._live(h, q, b):
                                 q.mark_dirty(b)

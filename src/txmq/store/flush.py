@@ -127,8 +127,8 @@ class GroupCommit:
         self._stopping = False
         self._halted = False
         self.syncs = 0  # fdatasync calls made by the flusher: lets tests see grouping
-        self._thread = threading.Thread(target=self._run, name="txmq-flusher", daemon=True)
-        self._thread.start()
+        self._flusher = threading.Thread(target=self._run, name="txmq-flusher", daemon=True)
+        self._flusher.start()
 
     # --- Called by writers with ``lock`` held. -------------------------------------------------
 
@@ -203,8 +203,8 @@ class GroupCommit:
             self._stopping = True
             self._halted = not flush
             self._work.notify()
-        self._thread.join(timeout=30)
-        invariant(not self._thread.is_alive(), "flusher did not stop")
+        self._flusher.join(timeout=30)
+        invariant(not self._flusher.is_alive(), "flusher did not stop")
 
     # --- The flusher thread. ---------------------------------------------------------------------
 

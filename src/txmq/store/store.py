@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from txmq import limits
 from txmq.errors import (
     BadRequestError,
@@ -71,6 +73,7 @@ class Pending:
     group: Group | None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests count its calls
 class Store:
     """See the module docstring. Thread-safe; open with ``Store.open``."""
 

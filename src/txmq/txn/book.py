@@ -56,7 +56,8 @@ from txmq.errors import (
     TransactionConflictError,
     invariant,
 )
-from txmq.model import DecisionSource, Outcome, value
+from txmq.frozen import value
+from txmq.model import DecisionSource, Outcome
 
 # The route of transactions a server-side resolver owns; no producer group can be named this
 # because group names are non-empty topic names.
