@@ -38,6 +38,7 @@ from txmq.broker.data import SERVICE as DATA_SERVICE
 from txmq.broker.delay import DELAY_FILE
 from txmq.broker.election import BELOW_CONFIRMED
 from txmq.broker.forward import LOCAL, V2_SERVICE, Forwarder
+from txmq.broker.kept_end import KeptEnd
 from txmq.broker.leader_link import LeaderLink
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership, copy_definition
@@ -120,11 +121,15 @@ class Follower:
             shutil.rmtree(discarded)
         self.store = Store.open(self.store_dir, config.store, now_ms=leadership.clock)
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
-        self.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
+        self.kept = KeptEnd(AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset))
         self.topics = TopicRegistry(
             config.data_dir / "topics.json", self.store.disk, auto_create=False, default_queues=1
         )
         self.last = tail_of(self.store)
+        # The (leader, epoch) that checked our last record (``last`` in a fetch): its replies
+        # since only shipped its own records, so our tail is its log's until a cut or another
+        # leader; fetches to it leave ``last`` out (the leader's check is a read per fetch).
+        self.vouched: tuple[str, int] | None = None
         self.leader_end = 0
         # Log bytes fetched, and cut by truncations, since this follower started.
         self.fetched_bytes = 0
@@ -182,13 +187,14 @@ class Follower:
             await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
             return
         now = self.leadership.clock()
+        vouch = (leader.name, leader.epoch)
         want_topics = now - self._topics_ms >= limits.REPLICA_TOPICS_PERIOD_MS
         args = {
             "follower": self.leadership.election.me,
             "incarnation": self.leadership.election.incarnation,
             "from": self.store.log_end_offset,
             "epoch": leader.epoch,
-            "last": list(self.last) if self.last else None,
+            "last": list(self.last) if self.last and self.vouched != vouch else None,
             "topics": want_topics,
         }
         reply = await self.link.fetch(leader.endpoint, args)
@@ -203,6 +209,8 @@ class Follower:
                 await self.renew(f"its leader said: {header.get('error')}")
             return
         await self._apply(header, bytes(payload), want_topics, now)
+        if header.get("ok"):
+            self.vouched = vouch
 
     async def _apply(
         self, header: dict[str, Any], data: bytes, want_topics: bool, now: int
@@ -223,8 +231,7 @@ class Follower:
         # What the group acknowledged, as far as this log holds it: never cut (ADR 0005).
         committed = min(int(header.get("committed", 0)), self.store.log_end_offset)
         self.leadership.committed = max(self.leadership.committed, committed)
-        if self.acked.due(self.leadership.committed, now):  # where a promotion's hold starts
-            await asyncio.to_thread(self.acked.save, self.leadership.committed, now)
+        self.kept.offer(self.leadership.committed, now)  # where a promotion's hold starts
         self.fetched_ms = now
         if self.store.log_end_offset >= self.leader_end:
             self.caught_up_ms = now
@@ -322,8 +329,9 @@ class Follower:
         self.truncations += 1
         self.store = Store.open(self.store_dir, self.config.store, now_ms=self.leadership.clock)
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
-        self.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
+        self.kept.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.last = tail_of(self.store)
+        self.vouched = None
         self._cutting = False
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -40,6 +40,7 @@ from txmq import limits
 from txmq.broker.admin import refusal
 from txmq.broker.data import _args, _int
 from txmq.broker.election import BELOW_CONFIRMED, Confirmed, InSync, Member, sort_key
+from txmq.broker.kept_end import KeptEnd
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
 from txmq.broker.topics import TopicRegistry
@@ -110,8 +111,7 @@ class Replication:
         # from the end known to be acknowledged when the store opened (ADR 0005).
         self.hold = Hold(store) if min_insync > 1 else None
         invariant(self.hold is not None or store.recovery.held_from is None, "a hold for them")
-        self.acked = AckedEnd(store.disk, store.data_dir, store.log.end_offset)
-        self._saving: asyncio.Task[None] | None = None
+        self.kept = KeptEnd(AckedEnd(store.disk, store.data_dir, store.log.end_offset))
         # Followers are shipped what is written out, before our fsync (theirs runs alongside;
         # acks still wait for both): the flusher wakes their long polls once it wrote a group.
         loop = asyncio.get_running_loop()
@@ -311,17 +311,8 @@ class Replication:
         now = self.leadership.clock()
         committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
         self.leadership.committed = max(self.leadership.committed, committed)
-        if self._saving is None and self.acked.due(committed, now):
-            self._saving = asyncio.get_running_loop().create_task(self._save_acked(committed, now))
+        self.kept.offer(committed, now)
         return committed
-
-    async def _save_acked(self, end: int, now_ms: int) -> None:
-        try:
-            await asyncio.to_thread(self.acked.save, end, now_ms)
-        except OSError as exc:  # the file keeps a lower end: more is held after a restart
-            log.warning("acknowledged end %d not saved: %s", end, exc)
-        finally:
-            self._saving = None
 
     def epochs_of(self, args: dict[str, Any]) -> dict[str, Any]:
         """This leader's epoch history and log end (written out: what it ships) (Kafka's
