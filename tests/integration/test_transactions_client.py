@@ -5,7 +5,9 @@ commit / rollback / check-back cases (test_official_client.py has those):
   next live producer of the topic answers the check-back;
 - a decision is idempotent (the same decision again answers OK and delivers once) and the
   opposite decision is refused with a clear status;
-- an undecided transaction survives a broker restart and is resolved by check-back after it.
+- an undecided transaction survives a broker restart and is resolved by check-back after it;
+- a commit that a check-back overtook (the checker answered ROLLBACK first) fails at the
+  producer, and nothing is delivered.
 
 Method: official Producer/SimpleConsumer, plus a raw EndTransaction stub for the repeat
 decisions the client itself never sends."""
@@ -15,14 +17,17 @@ from __future__ import annotations
 import time
 
 import grpc
+import pytest
 from rocketmq import FilterExpression, SimpleConsumer
 from rocketmq import TransactionResolution as R
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
+from rocketmq.v5.exception import ClientException
 
 from tests.integration.clients import Checker, config, drain, message, producer
 from tests.integration.conftest import BrokerProcess, wait_until
+from txmq.client.admin import call
 
 
 def _receive_all(endpoints: str, group: str, topic: str, want: int, settle_s: float) -> list[bytes]:
@@ -142,3 +147,27 @@ def test_check_back_reaches_a_producer_that_did_not_declare_the_topic(
         assert _receive_all(broker.endpoints, "g-txd", "txd-other", 1, 2) == [b"undeclared topic"]
     finally:
         p.shutdown()
+
+
+def test_a_commit_a_check_back_overtook_fails_at_the_producer(broker: BrokerProcess) -> None:
+    """A commit slower than the transaction timeout (800 ms here: a loaded machine, a long
+    pause between send and commit) reaches the broker after the check-back it raced, which the
+    checker answered ROLLBACK: the producer's commit must fail, not answer OK for a message
+    that is never delivered."""
+    checker = Checker(lambda m: R.ROLLBACK)
+    p = producer(broker.endpoints, ("txlate",), checker)
+    try:
+        tx = p.begin_transaction()
+        half = p.send(message("txlate", b"too late"), tx)
+
+        def outcome() -> object:
+            return call(broker.endpoints, "TxnShow", {"id": half.transaction_id}).get("outcome")
+
+        wait_until(lambda: outcome() == "rolled_back", 30, "the check-back's rollback")
+        with pytest.raises(ClientException) as refused:
+            tx.commit()
+    finally:
+        p.shutdown()
+    assert refused.value.code == pb.PRECONDITION_FAILED, refused.value
+    assert half.message_id in checker.calls
+    assert _receive_all(broker.endpoints, "g-txlate", "txlate", 0, 3) == []
