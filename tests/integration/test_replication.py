@@ -262,8 +262,11 @@ def test_a_killed_follower_stops_sync_acks_until_it_is_back(group) -> None:  # t
     assert code == pb.SLAVE_PERSISTENCE_TIMEOUT, text
     c = consumer(leader.endpoints, "reader", "f")
     try:
-        # Stored on the leader alone, so no reader sees it (a failover now could lose it).
-        seen = [bytes(m.body) for m in drain(c, 2, timeout_s=4)]
+        # Stored on the leader alone, so no reader sees it (a failover now could lose it): the
+        # first receive that returns anything returns "one" alone (a loaded machine may take
+        # many seconds to the first), and one more long poll after it finds nothing.
+        seen = [bytes(m.body) for m in drain(c, 1, timeout_s=30)]
+        seen += [bytes(m.body) for m in c.receive(32, 15) or []]
         assert seen == [b"one"], seen
         assert status(leader.endpoints)["held_records"] == 1
         follower.start()  # same data dir: it catches up from its own end offset
