@@ -1,7 +1,7 @@
 """The error tree of txmq.
 
 Owns: every exception type the project raises on purpose. Must not import anything else from
-txmq, so every layer can raise these.
+txmq but ``txmq.checks`` (``invariant``, re-exported here), so every layer can raise these.
 
 Rules (see ../docs/ARCHITECTURE.md): one root, ``TxmqError``. Operating errors (bad input, a full
 disk, a corrupt record, a peer that breaks the protocol) are exceptions from this tree, each
@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import errno
 import functools
+
+# The one home of ``invariant`` is txmq/checks.py (compiled: a C call from compiled modules);
+# it is imported from here, the place every module already imports its errors from.
+from txmq.checks import invariant as invariant
 
 # RocketMQ v2 status codes (apache/rocketmq-apis definition.proto, enum Code). Only the ones we
 # use are named; the protocol layer maps any TxmqError to its ``code``.
@@ -65,16 +69,6 @@ CODE_UNSUPPORTED = 50500
 CODE_VERSION_UNSUPPORTED = 50501
 CODE_VERIFY_FIFO_MESSAGE_UNSUPPORTED = 50502
 CODE_FAILED_TO_CONSUME_MESSAGE = 60000
-
-
-def invariant(condition: bool, message: str) -> None:
-    """Check a programmer invariant even under ``python -O``.
-
-    ``assert`` disappears with ``-O``; storage invariants must not. A failure here means the code
-    is wrong, and the only safe reaction is to stop (TigerStyle): callers never catch it.
-    """
-    if not condition:
-        raise AssertionError(message)
 
 
 class TxmqError(Exception):
