@@ -96,7 +96,6 @@ class Replication:
         positions: Callable[[], bytes] | None = None,
     ) -> None:
         self.store = store
-        self._loop = asyncio.get_running_loop()
         self.positions = positions  # consumer positions, shipped with the topics
         self.topics = topics
         self.leadership = leadership
@@ -110,14 +109,19 @@ class Replication:
         self._acks_made = 0
         # With SYNC replication readers see a record only once min_insync replicas have it,
         # from the end known to be acknowledged when the store opened (ADR 0005).
-        self.hold = Hold(store, self._wake_soon) if min_insync > 1 else None
-        # What each follower was last told of the group's durable end (``committed``): its long
-        # poll is answered as soon as that passes it, not at the next write (ADR 0005).
-        self._told: dict[str, int] = {}
+        self.hold = Hold(store) if min_insync > 1 else None
         invariant(self.hold is not None or store.recovery.held_from is None, "a hold for them")
         self.kept = KeptEnd(AckedEnd(store.disk, store.data_dir, store.log.end_offset))
+        # Followers are shipped what is written out, before our fsync (theirs runs alongside;
+        # acks still wait for both): the flusher wakes their long polls once it wrote a group.
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._wake_fetchers)
+
         self.epoch, self.epochs = stamp(store, leadership)
-        notify_written(store, self._wake_soon)
+        notify_written(store, wake)
         # With SYNC replication the in-sync set lives in etcd (ADR 0005): this epoch starts
         # from the set stored last (absent: a fresh group, no follower yet).
         self._storing: asyncio.Task[None] | None = None
@@ -129,12 +133,6 @@ class Replication:
             self._confirmed = held.end if held is not None else 0
             others = [m for m in stored if m[0] != me]
             self.insync.keep_stored(others, leadership.clock(), self._confirmed)
-
-    def _wake_soon(self) -> None:
-        """From the flusher thread: wake the long polls once a group is written out, and again
-        once it is durable here."""
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wake_fetchers)
 
     def _store_set(self, now_ms: int) -> None:
         """Start storing the in-sync set in etcd if it should change and no write is under way.
@@ -243,10 +241,6 @@ class Replication:
             self.leadership.committed = max(self.leadership.committed, end)
             self.insync.acked = max(self.insync.acked, end)
 
-    def _group_end(self) -> int:
-        now = self.leadership.clock()
-        return self.insync.durable_end(durable_end(self.store), self.min_insync, now)
-
     def _wake_acks(self, now_ms: int) -> None:
         """Resolve the waiting acks the group's durable end now passes (and drop the ones
         that timed out meanwhile)."""
@@ -289,12 +283,8 @@ class Replication:
             elif few:
                 self.hold.release(up_to)  # a few queue entries: cheaper than a thread hop
         self._wake_acks(now)
-        self._wake_fetchers()  # other followers' long polls: the group's end may have moved
-        told = self._told.get(name, 0) if self.hold is not None else None
-        await self._wait_written(start, told)
+        await self._wait_written(start)
         committed = self._committed() if self.hold is not None else 0
-        if self.hold is not None:
-            self._told[name] = committed
         end = written_out_end(self.store)
         if end - start <= limits.REPLICA_INLINE_SHIP_BYTES:
             shipment = ship(self.store, start, end=end)  # a few page-cache reads: no hop
@@ -334,11 +324,8 @@ class Replication:
         history = [list(p) for p in self.epochs.history]
         return {"ok": True, "epochs": history, "end": written_out_end(self.store)}
 
-    async def _wait_written(self, start: int, told: int | None) -> None:
-        """Long poll: return once the log is written out past ``start``, or the group's durable
-        end passed ``told`` (what this follower was last told as ``committed``: else it would
-        learn of an acknowledgement only with the next write or after the wait, and if it were
-        promoted meanwhile it would hold that write back, ADR 0005), or after
+    async def _wait_written(self, start: int) -> None:
+        """Long poll: return once the log is written out past ``start``, or after
         REPLICA_FETCH_WAIT_MS (then the fetch is answered empty). The waiter is registered
         right after the check, with no await between: a wake cannot fall in between."""
         deadline = time.monotonic() + limits.REPLICA_FETCH_WAIT_MS / 1000
@@ -346,8 +333,6 @@ class Replication:
         for _ in range(limits.REPLICA_FETCH_WAKES_MAX):
             left = deadline - time.monotonic()
             if written_out_end(self.store) > start or left <= 0:
-                return
-            if told is not None and self._group_end() > told:
                 return
             woken: asyncio.Future[None] = loop.create_future()
             self._fetchers.append(woken)
