@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml
 $(BUILT): $(COMPILED_SOURCES) src/txmq/compiled.py mypyc_build.py
 	$(MAKE) --no-print-directory compiled
 
-# Rebuild the compiled modules now (TXMQ_COMPILE=0: remove them); `make interpreted` removes
-# them until the next `make compiled` or `make TXMQ_COMPILE=0 test`.
+# Rebuild the compiled modules now (TXMQ_COMPILE=0: remove them). `make interpreted` removes
+# them for running .venv/bin/pytest or a debugger on the .py files; the next `make test`,
+# `make demo` or `make compiled` compiles again (`make TXMQ_COMPILE=0 test` does not).
 compiled:
 	rm -f $(VENV)/.compiled-*
 	TXMQ_COMPILE=$(TXMQ_COMPILE) $(VENV)/bin/python mypyc_build.py
