@@ -3,13 +3,15 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench bench-compare clean compiled interpreted
+.PHONY: demo test test-slow lint bench bench-compare clean modules compiled interpreted
 
-# The editable install, then the broker's hot modules compiled to C in place (mypyc_build.py,
-# docs/adr/0007). The list is txmq/compiled.py's; an edit of a listed source rebuilds (make
-# compares times; the broker and the tests compare hashes and refuse a stale build).
-# TXMQ_COMPILE=0 builds interpreted (no .so files); without a C compiler that happens anyway.
-TXMQ_COMPILE ?= 1
+# The editable install, then the broker's hot modules as TXMQ_COMPILE says (mypyc_build.py,
+# docs/adr/0007). Default 0: interpreted (no .so files), until the compiled build's failure
+# under concurrent store use (ADR 0007, "Opt-in") is understood. TXMQ_COMPILE=1 compiles the
+# modules txmq/compiled.py lists to C in place; an edit of a listed source rebuilds (make
+# compares times; the broker and the tests compare hashes and refuse a stale build). Without a
+# C compiler the build stays interpreted anyway.
+TXMQ_COMPILE ?= 0
 COMPILED_SOURCES := $(addprefix src/,$(shell cd src && $(PY) -c 'from txmq.compiled import COMPILED; print(*COMPILED)'))
 BUILT := $(VENV)/.compiled-$(TXMQ_COMPILE)
 
@@ -17,24 +19,25 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev,spark]'
-	$(MAKE) --no-print-directory compiled
+	$(MAKE) --no-print-directory modules
 	touch $(STAMP)
 
 $(BUILT): $(COMPILED_SOURCES) src/txmq/compiled.py mypyc_build.py
-	$(MAKE) --no-print-directory compiled
+	$(MAKE) --no-print-directory modules
 
-# Rebuild the compiled modules now (TXMQ_COMPILE=0: remove them). `make interpreted` removes
-# them for running .venv/bin/pytest or a debugger on the .py files; the next `make test`,
-# `make demo` or `make compiled` compiles again (`make TXMQ_COMPILE=0 test` does not).
-compiled:
+# Build the modules as TXMQ_COMPILE says. `make compiled` compiles them for a broker you start
+# yourself (the next plain `make test` goes back to interpreted; `make TXMQ_COMPILE=1 test`
+# tests the compiled build); `make interpreted` removes them.
+modules:
 	rm -f $(VENV)/.compiled-*
 	TXMQ_COMPILE=$(TXMQ_COMPILE) $(VENV)/bin/python mypyc_build.py
 	touch $(BUILT)
 
+compiled:
+	$(MAKE) --no-print-directory modules TXMQ_COMPILE=1
+
 interpreted:
-	rm -f $(VENV)/.compiled-*
-	$(VENV)/bin/python mypyc_build.py --clean
-	touch $(VENV)/.compiled-0
+	$(MAKE) --no-print-directory modules TXMQ_COMPILE=0
 
 demo: $(STAMP) $(BUILT)
 	$(VENV)/bin/txmq demo
