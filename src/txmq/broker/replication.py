@@ -129,10 +129,15 @@ class Replication:
         if min_insync > 1:
             me = leadership.election.me
             stored = leadership.election.insync or []
-            held = leadership.election.confirmed
-            self._confirmed = held.end if held is not None else 0
             others = [m for m in stored if m[0] != me]
             self.insync.keep_stored(others, leadership.clock(), self._confirmed)
+
+    @property
+    def _confirmed(self) -> int:
+        """The end the stored in-sync set says its members confirmed (0: none recorded);
+        ``Leadership.store_insync`` keeps it as it stores the set."""
+        held = self.leadership.election.confirmed
+        return held.end if held is not None else 0
 
     def _store_set(self, now_ms: int) -> None:
         """Start storing the in-sync set in etcd if it should change and no write is under way.
@@ -169,7 +174,6 @@ class Replication:
             if changed:
                 log.info("in-sync set of epoch %d stored: %s", self.epoch, members)
             self.insync.stored = set(target)
-            self._confirmed = confirmed.end if confirmed is not None else 0
             self._wake_acks(self.leadership.clock())
 
     def _confirmed_of(self, members: set[Member]) -> Confirmed | None:
