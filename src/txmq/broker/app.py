@@ -248,17 +248,23 @@ def _add_services(
     return consume, servicer
 
 
-def _lead_with(
-    leadership: Leadership, server: Any, parts: Parts, servicer: MessagingServicer
-) -> None:
-    """Serve the Replica channel and gate every acknowledgement through replication."""
-    replication = Replication(
+def _replication(leadership: Leadership, parts: Parts) -> Replication:
+    """The leader's replication, its epoch stamped (before the port is bound: a lease that
+    lapsed while the store opened raises NotLeaderError with no port left to free)."""
+    return Replication(
         parts.store,
         parts.topics,
         leadership,
         parts.config.min_insync_replicas,
         positions=parts.deliveries.snapshot,
     )
+
+
+def _lead_with(replication: Replication | None, server: Any, servicer: MessagingServicer) -> None:
+    """Serve the Replica channel and gate every acknowledgement through replication (None:
+    a broker alone, nothing to do)."""
+    if replication is None:
+        return
     add_replica(server, replication, servicer)
     servicer.ack_gate = replication.acknowledge
 
@@ -276,6 +282,9 @@ def visible_end(config: BrokerConfig, leadership: Leadership | None) -> int | No
 
 
 def _open_parts(config: BrokerConfig, leadership: Leadership | None) -> Parts:
+    """Open the data directory (blocking: run in a thread, off the loop, where a replica's
+    election renews its lease while the store recovers: under load that takes seconds, longer
+    than the lease, ADR 0005)."""
     parts = Parts(config, visible_end=visible_end(config, leadership))
     got = parts.store.recovery
     if got.held_count:
@@ -315,7 +324,7 @@ async def serve(
     credentials = server_credentials(config)
     open_broker_notice(config.acl_file)
     executor = _executor()
-    parts = _open_parts(config, leadership)
+    parts = await asyncio.to_thread(_open_parts, config, leadership)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []
     guard = _guard(acl, config, parts)
@@ -324,6 +333,7 @@ async def serve(
     consume: ConsumeRpcs | None = None
     owned: Membership | None = None
     try:
+        replication = _replication(leadership, parts) if leadership is not None else None
         # A member binds the port its cluster file gives it: the file is what peers dial.
         member_port = config.port if found is None else found[1].port
         port = _bind(server, config, member_port, credentials)
@@ -334,8 +344,7 @@ async def serve(
         # The sink's check-back reads a batch's ledger on its home member (txn/ledger.py).
         parts.ledger.place(membership.group.name, membership.find_at if membership.peers else None)
         consume, servicer = _add_services(server, parts, executor, membership)
-        if leadership is not None:
-            _lead_with(leadership, server, parts, servicer)
+        _lead_with(replication, server, servicer)
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 

@@ -40,7 +40,7 @@ from txmq.broker.leadership import GroupLeaders, Leadership
 from txmq.broker.membership import SOLO_NAME, Membership
 from txmq.broker.parts import lock_data_dir, wall_ms
 from txmq.broker.tls import server_credentials
-from txmq.errors import ConfigError
+from txmq.errors import ConfigError, NotLeaderError
 from txmq.protocol.acl import Acl
 from txmq.protocol.client_security import ClientSecurity, open_aio_channel
 from txmq.store.disk import OsDisk
@@ -171,6 +171,8 @@ async def _lead(
             leadership=leadership,
             membership=membership,
         )
+    except NotLeaderError as exc:  # the lease lapsed while the broker opened: not a crash
+        log.warning("did not lead: %s", exc)
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)

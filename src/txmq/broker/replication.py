@@ -379,10 +379,19 @@ class Replication:
 
 def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
     """Record this leadership's epoch at the log's end, durable, before its first write: a
-    follower that copies records past here files them under this epoch (ADR 0005)."""
+    follower that copies records past here files them under this epoch (ADR 0005).
+
+    Raises:
+        NotLeaderError: the lease lapsed by this replica's clock while its broker opened (a
+            loaded machine: the open outlasted the lease); nothing is stamped, and the replica
+            follows again (replica_node._lead) instead of leading an epoch that may be over.
+    """
     leader = leadership.leader
-    invariant(leader is not None and leadership.leads(), "only a leader stamps its epoch")
-    assert leader is not None  # for mypy
+    if leader is None or not leadership.leads():
+        raise NotLeaderError(
+            f"{leadership.election.me}'s lease lapsed before its epoch was stamped (the broker"
+            " took longer to open than the lease lasts)"
+        )
     end = store.log.end_offset
     invariant(end == store.recovery.log_end, "nothing is written before the epoch is stamped")
     epochs = EpochFile(store.disk, store.data_dir, end)
