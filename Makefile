@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(MAKE) --no-print-directory modules
 	touch $(STAMP)
 
-$(BUILT): $(COMPILED_SOURCES) src/txmq/compiled.py mypyc_build.py
+$(BUILT): $(COMPILED_SOURCES) src/txmq/compiled.py mypyc_build.py mypyc_patch.py
 	$(MAKE) --no-print-directory modules
 
 # Build the modules as TXMQ_COMPILE says. `make compiled` compiles them for a broker you start

@@ -11,6 +11,9 @@ changes (docs/adr/0007). Usage, from the repository's root with the venv's Pytho
 TXMQ_COMPILE=0 in the environment does ``--clean`` instead of a build. Without a C compiler or
 Python's headers it prints one ``txmq:`` line, removes any compiled module and exits 0: the
 modules run interpreted (slower, same behaviour). A failed compile exits 1 and leaves none.
+Between mypyc's C generation and the C compile, ``mypyc_patch.py`` fixes mypyc 2.4.1's
+free-instance race in the generated deallocators (docs/adr/0007); generated code in a shape it
+does not know fails the build with one ``txmq:`` line, and the build record says it was applied.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
+
+import mypyc_patch  # noqa: E402
 
 from txmq import compiled  # noqa: E402  (src/ is not on the path before the line above)
 
@@ -60,18 +65,23 @@ def build() -> None:
     hashes = compiled.source_hashes()  # before mypyc reads them: an edit meanwhile is stale
     compiled.RECORD.unlink(missing_ok=True)
     os.chdir(ROOT)
+    extensions = mypycify(
+        ["--config-file", "pyproject.toml", *(f"src/{p}" for p in compiled.COMPILED)],
+        opt_level="3",
+        multi_file=True,
+        group_name=GROUP,
+    )
+    # Between mypyc's C and the C compile: its free-instance race fixed (mypyc_patch.py).
+    sources = [Path(s) for ext in extensions for s in ext.sources if s.endswith(".c")]
+    patched = mypyc_patch.apply(sources)
     setup(
         name="txmq-compiled",
         script_args=["-q", "build_ext", "--inplace", "-j", str(os.cpu_count() or 1)],
         package_dir={"": "src"},
-        ext_modules=mypycify(
-            ["--config-file", "pyproject.toml", *(f"src/{p}" for p in compiled.COMPILED)],
-            opt_level="3",
-            multi_file=True,
-            group_name=GROUP,
-        ),
+        ext_modules=extensions,
     )
-    compiled.RECORD.write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
+    record = {**hashes, compiled.PATCHED: f"{patched} free-instance deallocators reordered"}
+    compiled.RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def main() -> int:
@@ -89,6 +99,13 @@ def main() -> int:
         return 0
     try:
         build()
+    except mypyc_patch.PatchError as exc:
+        clean()
+        print(
+            f"txmq: mypyc_patch.py cannot fix the generated C ({exc}); nothing compiled is left",
+            file=sys.stderr,
+        )
+        return 1
     except (SystemExit, Exception) as exc:  # mypyc's errors and setuptools' exit both
         clean()
         print(

@@ -5,8 +5,9 @@ it); ``mode``, what this process runs (compiled or interpreted); ``check``, whic
 compiled build made from other sources than the ``.py`` files next to it. Why: an extension
 module (``.so``) shadows the ``.py`` of the same name, so a stale one would silently run old
 code after an edit. How: ``mypyc_build.py`` writes the SHA-256 of every compiled source into
-``compiled.json`` (beside this file, not in git) once a build succeeded; ``check`` hashes the
-sources again (~35 files, about a millisecond).
+``compiled.json`` (beside this file, not in git) once a build succeeded, and that it fixed
+mypyc's free-instance race (``PATCHED``); ``check`` hashes the sources again (~35 files, about a
+millisecond).
 Must not: be compiled itself, or import a compiled module (it judges them), but
 ``txmq.checks`` (``invariant``, which ``txmq.errors`` re-exports: a stale one still imports and
 is named here like any other).
@@ -63,6 +64,9 @@ COMPILED: Final = (
 
 SRC: Final = Path(__file__).resolve().parent.parent
 RECORD: Final = SRC / "txmq" / "compiled.json"
+# The record's entry saying the build fixed mypyc's free-instance race in the generated C
+# (mypyc_patch.py, docs/adr/0007): a build without it may reuse a generator another thread runs.
+PATCHED: Final = "mypyc_patch"
 
 
 class StaleBuildError(TxmqError):
@@ -111,6 +115,8 @@ def problems() -> list[str]:
         recorded = json.loads(RECORD.read_bytes())
     except (OSError, ValueError):
         return [*found, f"no build record ({RECORD.name})"]
+    if PATCHED not in recorded:
+        found.append("built without mypyc_patch.py (mypyc's free-instance race)")
     hashes = source_hashes()
     found += [f"{p} changed since it was compiled" for p in built if recorded.get(p) != hashes[p]]
     return found

@@ -54,7 +54,7 @@ def tree(tmp_path: Path) -> Path:
         (tmp_path / "src" / rel).with_suffix(SO).touch()
     record = (
         "import json; from txmq import compiled as c; "
-        "c.RECORD.write_text(json.dumps(c.source_hashes()))"
+        "c.RECORD.write_text(json.dumps({**c.source_hashes(), c.PATCHED: '46 reordered'}))"
     )
     assert _run(tmp_path, "-c", record).returncode == 0
     return tmp_path
@@ -75,6 +75,10 @@ def test_an_edited_source_a_partial_build_and_a_stray_module_are_named(tree: Pat
         "a partial build: txmq/txn/book.py not compiled",
         "txmq/store/store.py changed since it was compiled",
     ]
+    record = json.loads((src / "txmq/compiled.json").read_text())
+    del record[compiled.PATCHED]
+    (src / "txmq/compiled.json").write_text(json.dumps(record))
+    assert "built without mypyc_patch.py (mypyc's free-instance race)" in _problems(tree)[1]
     (src / "txmq/compiled.json").unlink()
     assert _problems(tree)[1][-1] == "no build record (compiled.json)"
 
@@ -86,7 +90,8 @@ def test_no_extension_modules_is_the_interpreted_build(tree: Path) -> None:
 
 
 def test_without_a_compiler_the_build_says_so_once_and_leaves_nothing_compiled(tree: Path) -> None:
-    shutil.copy(ROOT / "mypyc_build.py", tree / "mypyc_build.py")
+    for script in ("mypyc_build.py", "mypyc_patch.py"):
+        shutil.copy(ROOT / script, tree / script)
     got = _run(tree, "mypyc_build.py", env=dict(os.environ, CC="/nonexistent/cc"))
     assert (got.returncode, got.stdout, got.stderr) == (
         0,
@@ -150,7 +155,9 @@ def test_compiled_modules_call_nothing_in_a_slice_bound(tmp_path: Path) -> None:
     assert calls_in_slice_bounds([tmp_path / "bad.py"]) == ["bad.py:4: os.write(fd, view):"]
 
 
-def test_the_record_holds_every_compiled_source() -> None:
+def test_the_record_holds_every_compiled_source_and_the_patch() -> None:
     if compiled.compiled_modules():
-        assert sorted(json.loads(compiled.RECORD.read_text())) == sorted(compiled.COMPILED)
+        record = json.loads(compiled.RECORD.read_text())
+        assert sorted(record) == sorted([*compiled.COMPILED, compiled.PATCHED])
+        assert record[compiled.PATCHED].endswith(" free-instance deallocators reordered")
     assert compiled.problems() == []
