@@ -9,12 +9,14 @@ queue and offset is compared, and the follower is reopened (recovery) and compar
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import SMALL, Clock
-from txmq.errors import CorruptRecordError
+from txmq.errors import CorruptRecordError, StoreFencedError
 from txmq.model import RecordDraft, TxnFlag
 from txmq.store import replica
 from txmq.store.config import StoreConfig
@@ -26,6 +28,7 @@ from txmq.store.replica import (
     ship,
     written_out_end,
 )
+from txmq.store.sim_disk import SimDisk
 from txmq.store.store import Store
 
 FLAGS = (TxnFlag.NORMAL, TxnFlag.NORMAL, TxnFlag.PREPARED, TxnFlag.COMMIT, TxnFlag.ROLLBACK)
@@ -70,14 +73,14 @@ def _same(leader: Store, follower: Store) -> None:
         assert got == want
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(("seed", "inline"), [(1, True), (2, True), (3, False)])
 def test_a_follower_holds_the_leaders_records_at_the_same_offsets(
-    tmp_path: Path, seed: int
+    tmp_path: Path, seed: int, inline: bool
 ) -> None:
     rng = random.Random(seed)
     clock = Clock()
     leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
-    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock, inline_sync=inline)
     _fill(leader, rng, 60)
     assert len(leader.log.segments) >= 2  # the shipments cross a segment roll
     fetches = _catch_up(leader, follower, max_bytes=32 * 1024)
@@ -90,16 +93,87 @@ def test_a_follower_holds_the_leaders_records_at_the_same_offsets(
     _same(leader, follower)
     # The follower's log survives a restart as any log does; it carries on from its end.
     follower.close()
-    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock, inline_sync=inline)
     _same(leader, follower)
     _fill(leader, rng, 5)
     _catch_up(leader, follower, max_bytes=64 * 1024)
     _same(leader, follower)
-    # A follower that becomes leader continues the queue offsets where the old leader was.
+    # A follower that becomes leader (opened as a broker's store) continues the queue offsets
+    # where the old leader was.
+    follower.close()
+    follower = Store.open(tmp_path / "follower", SMALL, now_ms=clock)
     nxt = follower.append(RecordDraft("a", 0, b"after", message_id="new"))
     assert nxt.queue_offset == leader.queue_offsets("a", 0)[1]
     leader.close()
     follower.close()
+
+
+class _SyncThreads(SimDisk):
+    """SimDisk that records which thread made each fsync."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sync_threads: list[int] = []
+
+    def on_sync(self) -> None:
+        self.sync_threads.append(threading.get_ident())
+        super().on_sync()
+
+
+def test_an_inline_sync_follower_syncs_a_shipment_in_its_own_thread(tmp_path: Path) -> None:
+    """A follower's store (``inline_sync``) makes a shipment durable in the appending thread:
+    no hop to the flusher and back on the path of every SYNC acknowledgement (issue 19); a
+    broker's store hands it to the flusher."""
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    leader.append_many([RecordDraft("a", 0, b"x" * 100, message_id=f"m{i}") for i in range(3)])
+    data = ship(leader, 0).data
+    for inline in (True, False):
+        disk = _SyncThreads()
+        follower = Store.open(Path("/sim/f"), SMALL, now_ms=clock, disk=disk, inline_sync=inline)
+        disk.sync_threads.clear()
+        assert append_shipped(follower, data) == leader.log_end_offset
+        assert follower.read_queue("a", 0, 0, 10) == leader.read_queue("a", 0, 0, 10)
+        assert disk.sync_threads, "the shipment was synced"
+        here = {threading.get_ident()} == set(disk.sync_threads)
+        assert here is inline, f"inline {inline}: synced here {here}"
+        follower.close()
+    leader.close()
+
+
+def test_an_inline_sync_follower_whose_fsync_failed_is_fenced(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    _fill(leader, random.Random(11), 2)
+    disk = SimDisk()
+    follower = Store.open(Path("/sim/f"), SMALL, now_ms=clock, disk=disk, inline_sync=True)
+    disk.fsync_error_after = disk.syncs  # the next fsync fails
+    with pytest.raises(StoreFencedError):
+        append_shipped(follower, ship(leader, 0).data)
+    assert follower.queue_offsets("a", 0) == (0, 0), "nothing readable that is not durable"
+    with pytest.raises(StoreFencedError):  # and nothing more is written or synced
+        append_shipped(follower, ship(leader, 0).data)
+    follower.abandon()
+    leader.close()
+
+
+def test_an_inline_sync_follower_closed_before_it_synced_keeps_the_shipment(
+    tmp_path: Path,
+) -> None:
+    """What a follower wrote but did not sync yet (it was stopping) is synced by the close, as
+    a broker's store syncs what its writers left."""
+    clock = Clock()
+    leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
+    leader.append_many([RecordDraft("a", 0, b"y" * 50, message_id=f"m{i}") for i in range(4)])
+    follower = Store.open(tmp_path / "f", SMALL, now_ms=clock, inline_sync=True)
+    group, end = replica.append_shipped_nowait(follower, ship(leader, 0).data)
+    assert group is not None and end == leader.log_end_offset
+    follower.close()
+    follower = Store.open(tmp_path / "f", SMALL, now_ms=clock, inline_sync=True)
+    assert follower.log_end_offset == end
+    assert follower.read_queue("a", 0, 0, 10) == leader.read_queue("a", 0, 0, 10)
+    follower.close()
+    leader.close()
 
 
 def test_shipments_end_on_batch_boundaries(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ from txmq.store.replica import (
     append_shipped_nowait,
     last_of,
     shipped_durable,
+    sync_shipped,
     tail_of,
 )
 from txmq.store.store import Store
@@ -119,7 +120,9 @@ class Follower:
         discarded = self.store_dir.with_name(_DISCARDED)
         if discarded.exists():  # a wipe that a crash interrupted
             shutil.rmtree(discarded)
-        self.store = Store.open(self.store_dir, config.store, now_ms=leadership.clock)
+        self.store = Store.open(
+            self.store_dir, config.store, now_ms=leadership.clock, inline_sync=True
+        )
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.kept = KeptEnd(AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset))
         self.topics = TopicRegistry(
@@ -255,28 +258,18 @@ class Follower:
         return append_shipped(self.store, data)
 
     async def _append(self, data: bytes, pairs: list[EpochStart]) -> int:
-        """Append a shipment; return once it is durable. A small one is written on the loop
-        (a page-cache write, as the leader's own sends) and its fsync awaited through the
-        flusher's callback: no thread hop on the path every SYNC acknowledgement waits for.
-        (Adopting an epoch writes a small file: once per leader change, on the loop too.)"""
+        """Append a shipment; return once it is durable. A small one is written and synced on
+        the loop (its pwrite, fdatasync and publication to queues: the store is
+        ``inline_sync``), with no thread hop on the path every SYNC acknowledgement waits for;
+        the loop has nothing else to do meanwhile but answer clients, whose calls go to the
+        leader. (Adopting an epoch writes a small file: once per leader change, on the loop
+        too.) A large one is appended in a thread."""
         if len(data) > limits.REPLICA_INLINE_SHIP_BYTES:
             return await asyncio.to_thread(self._append_blocking, data, pairs)
         self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
         group, end = append_shipped_nowait(self.store, data)
         if group is not None:
-            loop = asyncio.get_running_loop()
-            done: asyncio.Future[None] = loop.create_future()
-
-            def resolve() -> None:
-                if not done.done():
-                    done.set_result(None)
-
-            def wake() -> None:  # on the flusher thread, or here if the group is done
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(resolve)
-
-            group.on_done(wake)
-            await done
+            sync_shipped(self.store)
         return shipped_durable(self.store, group, end)
 
     async def _diverged(self, endpoint: str, epoch: int) -> None:
@@ -327,7 +320,9 @@ class Follower:
             shutil.rmtree(discarded)
             self.truncated_bytes += end - start
         self.truncations += 1
-        self.store = Store.open(self.store_dir, self.config.store, now_ms=self.leadership.clock)
+        self.store = Store.open(
+            self.store_dir, self.config.store, now_ms=self.leadership.clock, inline_sync=True
+        )
         self.epochs = EpochFile(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.kept.acked = AckedEnd(self.store.disk, self.store_dir, self.store.log_end_offset)
         self.last = tail_of(self.store)

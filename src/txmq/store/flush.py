@@ -10,13 +10,16 @@ writers staged (``take_writes``: one pwrite per staged write, off the writers' t
 ``durable_end`` and sets the group done. So one fsync serves every writer that arrived
 meanwhile, a record is visible to readers only once durable, and waking a group's writers never
 goes through the writer lock. In ASYNC mode ``add`` publishes at once and the flusher syncs
-once per ``flush_interval_ms`` (or when ``flush`` asks).
+once per ``flush_interval_ms`` (or when ``flush`` asks). An ``inline`` group commit (a
+follower's store: one writer, which waits for each write) does not wake the flusher: its
+writer runs the group in its own thread (``sync_here``), the same steps in the same order; the
+flusher still serves ``flush`` and ``stop``. Groups run one at a time (``_running``).
 
 A failed fsync (or any OSError in the flusher) fences: every waiting and later writer gets
 StoreFencedError. The fsync is never retried (ADR 0001: after a failed fsync the kernel may
 have dropped the dirty pages, so a retry can report success for data that is gone).
 Must not: touch files itself, read the clock, or call back into a writer while holding ``lock``
-except ``publish`` in ASYNC mode (lock order: writer lock, then the dispatcher's lock).
+except ``publish`` in ASYNC mode (lock order: ``_running``, writer lock, the dispatcher's lock).
 """
 
 from __future__ import annotations
@@ -97,8 +100,17 @@ class GroupCommit:
         publish: Publish,
         take_writes: Callable[[], Callable[[], None]],
         after_flush: Callable[[int], None],
+        inline: bool = False,
     ) -> None:
         self.lock = threading.Lock()
+        # Held by whoever runs a group (the flusher, or a writer in ``sync_here``), from taking
+        # its writes until it is done: groups run one at a time, in order. Order: this, then
+        # ``lock``.
+        self._running = threading.Lock()
+        # SYNC writes wait for a ``sync_here`` instead of waking the flusher (a follower, which
+        # writes one shipment at a time and waits for it: no thread hop per round, issue 19);
+        # the flusher still runs ``flush`` and ``stop``.
+        self.inline = inline
         # Writers wake only the flusher (``_work``). SYNC writers wait, without the writer lock,
         # for the group their write belongs to (``_group``): the flusher sets it once that group
         # is durable, so waking them costs no trip through the writer lock.
@@ -149,7 +161,8 @@ class GroupCommit:
             self._publish(entries, end)
             return None
         self._pending.extend(entries)
-        self._work.notify()
+        if not self.inline:
+            self._work.notify()
         return self._group
 
     def replace_publish(self, publish: Publish) -> Publish:
@@ -185,6 +198,16 @@ class GroupCommit:
         if group is not None and self.durable_end < end:
             raise StoreFencedError(self.fenced)
 
+    def sync_here(self) -> None:
+        """Run the group commit of everything written so far in this thread (pwrite,
+        fdatasync, publish), as the flusher would; returns once it is done or fenced (then
+        ``check_durable`` tells). For an ``inline`` group commit, whose SYNC writers call it
+        instead of waking the flusher."""
+        with self._running:
+            work = self._take_now()
+            if work is not None:
+                self._complete(*work)
+
     def flush(self) -> None:
         """Block until everything written so far is durable (either mode)."""
         with self.lock:
@@ -208,57 +231,77 @@ class GroupCommit:
 
     # --- The flusher thread. ---------------------------------------------------------------------
 
-    def _take(self) -> tuple[int, list[Entry], Group, Callable[[], None]] | None:
-        """Wait for work; return (target end, entries to publish, the group, the function that
-        writes the log bytes writers staged) or None to exit. Writers that write after this
-        join the next group."""
+    def _wait(self) -> bool:
+        """Wait until there is a group for the flusher to run; False to exit."""
         with self.lock:
             while True:
                 if self._halted or self.fenced:
-                    return None
+                    return False
                 has_work = self.written_end > self.durable_end
-                if has_work and (self._sync_mode or self._flush_requested or self._stopping):
-                    break
+                if has_work and (
+                    (self._sync_mode and not self.inline) or self._flush_requested or self._stopping
+                ):
+                    return True
                 if self._stopping:
-                    return None
+                    return False
                 if self._sync_mode:
                     self._work.wait()
                 elif not self._work.wait(self._interval_s) and self.written_end > self.durable_end:
-                    break  # The interval passed: flush what ASYNC writers left in the page cache.
-            self._flush_requested = False
-            batch, self._pending = self._pending, []
-            group, self._group = self._group, Group()
-            self._in_flight = group
-            return self.written_end, batch, group, self._take_writes()
+                    return True  # The interval passed: flush what ASYNC writers left behind.
+
+    def _take_locked(self) -> tuple[int, list[Entry], Group, Callable[[], None]]:
+        """Under ``lock`` and ``_running``: (target end, entries to publish, the group, the
+        function that writes the log bytes writers staged). Writers that write after this join
+        the next group."""
+        self._flush_requested = False
+        batch, self._pending = self._pending, []
+        group, self._group = self._group, Group()
+        self._in_flight = group
+        return self.written_end, batch, group, self._take_writes()
+
+    def _take_now(self) -> tuple[int, list[Entry], Group, Callable[[], None]] | None:
+        """Under ``_running``: take what is written and not durable yet; None if nothing is
+        (a writer's ``sync_here`` ran it meanwhile) or the group commit stopped."""
+        with self.lock:
+            if self._halted or self.fenced or self.written_end <= self.durable_end:
+                return None
+            return self._take_locked()
 
     def _run(self) -> None:
         name_os_thread()  # "txmq-flusher" in /proc, perf and bench_broker's per-thread CPU
-        while True:
-            work = self._take()
-            if work is None:
+        while self._wait():
+            with self._running:
+                work = self._take_now()
+                ok = work is None or self._complete(*work)
+            if not ok:
                 return
-            target, batch, group, write_out = work
-            try:
-                write_out()  # first: it releases what a roll waits for, whatever happens
-                self.written_out_end = max(self.written_out_end, target)
-                if self.on_written is not None:
-                    self.on_written()
-                self._sync_log()
-                self.syncs += 1
-                if batch:
-                    self._publish(batch, target)
-            except OSError as exc:
-                with self.lock:
-                    self.fence(f"log flush failed: {exc}")
-                return
+
+    def _complete(
+        self, target: int, batch: list[Entry], group: Group, write_out: Callable[[], None]
+    ) -> bool:
+        """Write a taken group out, sync and publish it, set it done; False once fenced."""
+        try:
+            write_out()  # first: it releases what a roll waits for, whatever happens
+            self.written_out_end = max(self.written_out_end, target)
+            if self.on_written is not None:
+                self.on_written()
+            self._sync_log()
+            self.syncs += 1
+            if batch:
+                self._publish(batch, target)
+        except OSError as exc:
             with self.lock:
-                self.durable_end = max(self.durable_end, target)
-                self._in_flight = None
-                self._durable.notify_all()
-            group.set()
-            try:
-                self._after_flush(target)
-            except OSError as exc:
-                with self.lock:
-                    self.fence(f"checkpoint failed: {exc}")
-                return
+                self.fence(f"log flush failed: {exc}")
+            return False
+        with self.lock:
+            self.durable_end = max(self.durable_end, target)
+            self._in_flight = None
+            self._durable.notify_all()
+        group.set()
+        try:
+            self._after_flush(target)
+        except OSError as exc:
+            with self.lock:
+                self.fence(f"checkpoint failed: {exc}")
+            return False
+        return True

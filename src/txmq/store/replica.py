@@ -141,15 +141,24 @@ def append_shipped(store: Store, data: bytes) -> int:
         StoreFencedError, DiskFullError, StoreClosedError: as ``Store.append_many``.
     """
     group, end = append_shipped_nowait(store, data)
-    if group is not None:
+    if group is not None and store._group.inline:
+        sync_shipped(store)
+    elif group is not None:
         group.wait()
     return shipped_durable(store, group, end)
 
 
+def sync_shipped(store: Store) -> None:
+    """A follower's store (``Store.open(inline_sync=True)``): make what was appended durable
+    and readable in this thread (the flusher's steps: pwrite, fdatasync, publication), with no
+    hop to the flusher and back; then ``shipped_durable`` tells (a failed fsync fences)."""
+    store._group.sync_here()
+
+
 def append_shipped_nowait(store: Store, data: bytes) -> tuple[Group | None, int]:
-    """``append_shipped`` up to the write (the flusher writes the bytes out and syncs them):
-    returns the group commit to wait for (``Group.on_done`` on an event loop) and the end it
-    brings; then ``shipped_durable``. Raises what ``append_shipped`` raises before writing."""
+    """``append_shipped`` up to the write: returns the group commit to wait for
+    (``Group.on_done`` on an event loop; ``sync_shipped`` for a follower's store) and the end
+    it brings; then ``shipped_durable``. Raises what ``append_shipped`` raises before writing."""
     if not data:
         return None, store.log_end_offset
     entries = _entries(data)

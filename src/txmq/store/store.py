@@ -84,6 +84,7 @@ class Store:
         now_ms: Callable[[], int],
         disk: Disk,
         visible_end: int | None = None,
+        inline_sync: bool = False,
     ):
         self.data_dir = data_dir
         self.config = config
@@ -129,6 +130,7 @@ class Store:
             publish=self._dispatcher.publish,
             take_writes=self.log.take_staged,
             after_flush=self._after_flush,
+            inline=inline_sync,
         )
         self._dispatcher.on_disk_full = self._ballast.release
         self._dispatcher.before_growth = self._check_growth
@@ -145,14 +147,18 @@ class Store:
         now_ms: Callable[[], int],
         disk: Disk | None = None,
         visible_end: int | None = None,
+        inline_sync: bool = False,
     ) -> Store:
         """Create or recover the store in ``data_dir``; records past ``visible_end`` are not
         made readable (``recovery.held``, for the caller's store/replica.Hold: ADR 0005).
+        ``inline_sync``: a follower's store, written only by store/replica, which syncs each
+        shipment in the writing thread (flush.py ``inline``; never ``append_many``).
 
         Raises:
             CorruptRecordError: mid-log corruption, or a torn tail after a clean shutdown.
         """
-        return cls(Path(data_dir), config or StoreConfig(), now_ms, disk or OsDisk(), visible_end)
+        args = (Path(data_dir), config or StoreConfig(), now_ms, disk or OsDisk())
+        return cls(*args, visible_end, inline_sync)
 
     # --- Writing. ------------------------------------------------------------------------------
 
