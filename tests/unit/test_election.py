@@ -184,6 +184,20 @@ def test_a_replica_outside_the_stored_set_never_campaigns() -> None:
     assert e.next_step(60_000, eligible=True) is Step.GRANT
 
 
+def test_a_stored_set_alone_decides_whether_a_member_behind_the_dead_leader_campaigns() -> None:
+    """A follower not caught up by its own last fetch (the dead leader's unacknowledged tail
+    was ahead of it for longer than REPLICA_LAG_MAX_MS) may campaign when the stored set names
+    it: every acknowledged write is on each stored member. The code before asked its own view
+    too, which a dead leader never updates again: the group stayed leaderless."""
+    e = Election("r3", incarnation="i3")
+    e.insync = [R1, ("r3", "i3")]
+    assert e.may_campaign(caught_up=False) and e.may_campaign(caught_up=True)
+    e.insync = [R1, R2]
+    assert not e.may_campaign(caught_up=True) and not e.may_campaign(caught_up=False)
+    e.insync = None  # no stored set (a fresh group, or ASYNC): its own view decides
+    assert e.may_campaign(caught_up=True) and not e.may_campaign(caught_up=False)
+
+
 def test_a_fresh_group_without_a_stored_set_lets_everyone_campaign() -> None:
     e = Election("r9")
     assert e.next_step(0) is Step.OBSERVE

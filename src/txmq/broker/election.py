@@ -140,6 +140,15 @@ class Election:
             return True
         return any(matches(m, self.me, self.incarnation) for m in self.insync)
 
+    def may_campaign(self, caught_up: bool) -> bool:
+        """Whether this replica may campaign when the group has no leader (ADR 0005). With an
+        in-sync set stored (SYNC replication), the set alone decides: a replica it names, with
+        its incarnation, holds every acknowledged write, however far it was behind the dead
+        leader's unacknowledged tail (Kafka's ISR as last stored). Without one (a fresh group,
+        or ASYNC), ``caught_up``: its own view, that it was in sync with the last leader as of
+        its last successful fetch."""
+        return self.named() if self.insync is not None else caught_up
+
     def next_step(self, now_ms: int, *, eligible: bool = True) -> Step:
         """The step due now; ``eligible`` False keeps a replica that was not in sync with the
         last leader from campaigning, and so does a stored in-sync set that does not name this

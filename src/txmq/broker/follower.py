@@ -140,6 +140,7 @@ class Follower:
         self.truncations = 0
         # In sync as of our last contact with the leader: caught up to its end within
         # REPLICA_LAG_MAX_MS before our last successful fetch (ADR 0005). A fresh process is.
+        # Whether it may campaign only where no in-sync set is stored (Election.may_campaign).
         self.fetched_ms = 0
         self.caught_up_ms = 0
         self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS

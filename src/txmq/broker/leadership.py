@@ -146,8 +146,8 @@ class Leadership:
         self.election = Election(me, incarnation=incarnation, ttl_ms=ttl_ms)
         self.clock = clock
         self.changed = asyncio.Event()  # set whenever the observed leader changes
-        # May this replica campaign? A follower says no while it was not in sync with the
-        # last leader it fetched from (follower.py).
+        # Was this replica in sync with the last leader it fetched from (follower.py)? Asked
+        # only where no in-sync set is stored (Election.may_campaign).
         self.eligible: Callable[[], bool] = lambda: True
         # The group's durable end as this replica last knew it (leading: what it acknowledged
         # with SYNC replication; following: its leader's, cut to its own end): a divergent
@@ -171,7 +171,7 @@ class Leadership:
     async def step(self) -> Step:
         """Run the one step the election wants now; returns it."""
         e = self.election
-        eligible = await self._holds_confirmed() and self.eligible()
+        eligible = await self._holds_confirmed() and e.may_campaign(self.eligible())
         now = self.clock()
         step = e.next_step(now, eligible=eligible)
         before = e.leader
