@@ -3,7 +3,8 @@
 Against stand-in leaders (real grpc.aio servers on 127.0.0.1, each with only what the case
 needs, or a socket that accepts and never answers): rounds share one stream; a leader without
 ``Follow`` (an older txmq) is fetched from with unary calls; a round cut short never answers
-the next one; a leader that never answers ends the round within its bound. Against a real
+the next one; a leader that never answers ends the round within its bound; a slow round is
+waited for; an abandoned round (the election saw the leader change) ends at once. Against a real
 replica group (etcd, two broker processes): the leader answers a refused round on the stream
 and then ends it, and a follower refuses ``Follow`` the same way.
 """
@@ -100,6 +101,62 @@ def test_a_round_cut_short_never_answers_the_next_one() -> None:
             await server.stop(0)
 
     assert asyncio.run(main()) == b'{"n": 2}'
+
+
+def test_a_slow_round_is_answered_not_cut() -> None:
+    """A leader that takes seconds over a round (a loaded machine: at load 14-23 on 2 cores a
+    catching-up follower's rounds ran past the 1.2 s bound of before, and each retry asked for
+    the same MiB again, so it never caught up and SYNC acks timed out) must be waited for."""
+    slow_s = 2.0  # past the old bound (1.2 s), well inside the new one
+
+    async def follow(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for body in requests:
+            await asyncio.sleep(slow_s)  # sleep: stands for a leader slow to ship its reply
+            yield body
+
+    assert asyncio.run(_one_round(follow, {"n": 0})) == b'{"n": 0}'
+
+
+async def _one_round(follow: Any, args: dict[str, Any]) -> bytes | None:
+    """One fetch round against a stand-in leader serving ``follow``."""
+    server, ep = await _stand_in({"Follow": grpc.stream_stream_rpc_method_handler(follow)})
+    link = LeaderLink(PLAINTEXT)
+    try:
+        return await link.fetch(ep, args)
+    finally:
+        link.close()
+        await server.stop(0)
+
+
+def test_an_abandoned_round_ends_at_once() -> None:
+    """The follower abandons the round in flight when the election sees another leader (or
+    none, or itself): a round to a leader that is gone ends then, not after its bound, so a
+    follower promoted, or told of a new leader, does not wait out a paused leader's round."""
+    arrived = asyncio.Event()
+
+    async def follow(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for _ in requests:
+            arrived.set()
+            await asyncio.Event().wait()  # never answers
+            yield b""
+
+    async def main() -> tuple[bytes | None, float]:
+        server, ep = await _stand_in({"Follow": grpc.stream_stream_rpc_method_handler(follow)})
+        link = LeaderLink(PLAINTEXT)
+        try:
+            round_ = asyncio.create_task(link.fetch(ep, {"n": 0}))
+            await arrived.wait()
+            abandoned = time.monotonic()
+            link.abandon()
+            got = await asyncio.wait_for(round_, ROUND_TIMEOUT_S * 2)
+            return got, time.monotonic() - abandoned
+        finally:
+            link.close()
+            await server.stop(0)
+
+    got, took = asyncio.run(main())
+    assert got is None
+    assert took < ROUND_TIMEOUT_S / 2, took
 
 
 def test_a_leader_that_never_answers_ends_the_round_in_time() -> None:

@@ -332,8 +332,23 @@ class Follower:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow until this replica leads or ``stop`` is set."""
-        while not stop.is_set() and not self.leadership.leads():
-            await self.step()
+        watcher = asyncio.create_task(self._abandon_on_change())
+        try:
+            while not stop.is_set() and not self.leadership.leads():
+                await self.step()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _abandon_on_change(self) -> None:
+        """End the fetch round in flight whenever the election sees another leader (or none,
+        or this replica): a round to a leader that is gone (paused, cut off) then ends at once,
+        not after its bound, and the next one goes to the new leader, or this replica leads."""
+        changed = self.leadership.changed
+        while True:
+            changed.clear()
+            await changed.wait()
+            self.link.abandon()
 
     def refusal(self) -> NotLeaderError:
         leader = self.leadership.leader

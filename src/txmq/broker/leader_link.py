@@ -32,8 +32,12 @@ from txmq.broker.replication import SERVICE
 from txmq.protocol.client_security import ClientSecurity, open_aio_channel
 
 log = logging.getLogger(__name__)
-# One round's bound: the leader's long poll, then as long as an etcd call may take.
-ROUND_TIMEOUT_S = (limits.REPLICA_FETCH_WAIT_MS + limits.ETCD_CALL_TIMEOUT_MS) / 1000
+# One round's bound, for a stream that hangs while its leader still leads: as long as a write
+# waits for its acks. A slow round must finish: at load 14-23 on 2 cores a catching-up
+# follower's rounds ran past the bound of before (the long poll + an etcd call, 1.2 s), and
+# each retry asked for the same MiB again, so it never caught up and SYNC acks timed out. A
+# round to a leader that is gone ends sooner, when the election sees the change (``abandon``).
+ROUND_TIMEOUT_S = limits.REPLICA_ACK_TIMEOUT_MS / 1000
 
 
 class LeaderLink:
@@ -45,6 +49,15 @@ class LeaderLink:
         self._channel: tuple[str, Any] | None = None
         self._stream: Any = None  # the open Follow call on _channel, or None
         self._unary_only = False  # _channel's leader has no Follow: fetch with unary calls
+        self._bound: asyncio.Timeout | None = None  # the bound of the round in flight
+        self._abandoned = False  # ... which abandon() ended
+
+    def abandon(self) -> None:
+        """End the round in flight now, as its bound would (follower.py: the election sees
+        another leader, none, or this replica)."""
+        if self._bound is not None:
+            self._abandoned = True
+            self._bound.reschedule(asyncio.get_running_loop().time())
 
     def close(self) -> None:
         self._drop_stream()
@@ -96,7 +109,10 @@ class LeaderLink:
                 return await self.call(endpoint, "Fetch", args)
             await self._failed("Follow", endpoint, exc.code())
         except TimeoutError:  # a leader paused or cut off: no deadline of gRPC's ends a stream
-            await self._failed("Follow", endpoint, grpc.StatusCode.DEADLINE_EXCEEDED)
+            if self._abandoned:
+                log.info("Follow round to %s abandoned: the leader changed", endpoint)
+            else:
+                await self._failed("Follow", endpoint, grpc.StatusCode.DEADLINE_EXCEEDED)
         except asyncio.InvalidStateError:  # the leader ended the stream as we wrote to it
             log.info("Follow stream to %s ended by the leader: opening another", endpoint)
         return None
@@ -110,12 +126,15 @@ class LeaderLink:
         try:
             # Our own bound, not the call's cancel: a write to a leader that never answered
             # the stream's start (SIGSTOP) does not return when the call is cancelled.
-            async with asyncio.timeout(ROUND_TIMEOUT_S):
+            self._abandoned = False
+            async with asyncio.timeout(ROUND_TIMEOUT_S) as self._bound:
                 await stream.write(body)
                 reply = await stream.read()
         except BaseException:
             self._drop_stream()  # a round cut short: its reply must not answer the next one
             raise
+        finally:
+            self._bound = None
         if reply is grpc.aio.EOF:  # the leader ended the stream (it refused a round before)
             self._drop_stream()
             return None
