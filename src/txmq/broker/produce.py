@@ -21,11 +21,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import Counter
-
 from txmq import limits
 from txmq.broker.delay import DelaySchedule, due_later
-from txmq.broker.metrics import Metrics
+from txmq.broker.metrics import Count, Metrics
 from txmq.broker.topics import TopicInfo, TopicRegistry
 from txmq.errors import (
     InvalidTransactionIdError,
@@ -109,8 +107,8 @@ class SendPath:
         self._round_robin = itertools.count()
         # Label children kept once used (a series appears when first counted, as before):
         # ``labels()`` costs a lock and a few frames per call.
-        self._sent: dict[MessageType, Counter] = {}
-        self._decided: dict[tuple[Outcome, DecisionSource], Counter] = {}
+        self._sent: dict[MessageType, Count] = {}
+        self._decided: dict[tuple[Outcome, DecisionSource], Count] = {}
 
     def pick_queue(
         self, info: TopicInfo, draft: RecordDraft, chosen: dict[str, int] | None = None
@@ -130,7 +128,7 @@ class SendPath:
             chosen[info.name] = queue
         return queue
 
-    def _sent_counter(self, mtype: MessageType) -> Counter:
+    def _sent_counter(self, mtype: MessageType) -> Count:
         sent = self._sent.get(mtype)
         if sent is None:
             sent = self._sent[mtype] = self.metrics.sends.labels(mtype.value)
