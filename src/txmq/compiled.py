@@ -25,7 +25,8 @@ from txmq.errors import TxmqError
 
 # Paths below src/. The gRPC-facing modules (server.py, consume.py, decode.py) stay interpreted:
 # grpc.aio picks how to run a handler with inspect.iscoroutinefunction / isasyncgenfunction,
-# which are False for compiled functions, and mypyc compiles no async generators.
+# which are False for compiled functions, and mypyc compiles no async generators. A handler
+# that decode.py's Python coroutine awaits (produce_rpcs.py) is a plain awaitable and compiles.
 COMPILED: Final = (
     "txmq/checks.py",  # invariant: a C call from compiled modules (errors.py stays interpreted)
     "txmq/model.py",
@@ -57,6 +58,7 @@ COMPILED: Final = (
     "txmq/broker/metrics.py",
     "txmq/broker/offsets.py",
     "txmq/broker/produce.py",
+    "txmq/broker/produce_rpcs.py",  # coroutines that decode.py's Python wrapper awaits
     "txmq/broker/receipt.py",
     "txmq/broker/replies.py",
     "txmq/broker/waiters.py",

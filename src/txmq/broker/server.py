@@ -1,10 +1,10 @@
 """The gRPC servicer for ``apache.rocketmq.v2.MessagingService``: all 17 RPCs.
 
-Owns: routes (QueryRoute), client sessions (Heartbeat, Telemetry, NotifyClientTermination), the
-producer RPCs (SendMessage, EndTransaction: ``produce.SendPath``, written on the loop and
-awaiting the fsync through ``durable.drive``, or in the executor when they may block), and
+Owns: routes (QueryRoute), client sessions (Heartbeat, Telemetry, NotifyClientTermination), and
 answers for what txmq does not do (RecallMessage, SyncLiteSubscription: UNSUPPORTED). The
-consumer RPCs are the consumer side's handlers (``consume.ConsumeRpcs``), bound on the servicer.
+producer RPCs (SendMessage, EndTransaction) are ``produce_rpcs.ProduceRpcs``'s compiled
+handlers and the consumer RPCs the consumer side's (``consume.ConsumeRpcs``), both bound on the
+servicer.
 Errors travel in each response's Status, never as gRPC status codes: every handler turns a
 TxmqError into its code and anything else into INTERNAL_ERROR with a message, logged with its
 traceback, so a malformed request cannot crash the server.
@@ -23,25 +23,21 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from txmq import errors, limits
-from txmq.broker import durable, routes
+from txmq.broker import routes
 from txmq.broker.clients import Clients, Session, Stream
 from txmq.broker.config import BrokerConfig
 from txmq.broker.consume import ConsumeRpcs
 from txmq.broker.membership import Membership
 from txmq.broker.produce import SendPath
+from txmq.broker.produce_rpcs import ProduceRpcs
 from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
-from txmq.errors import BadRequestError, ClientIdRequiredError, UnsupportedError
-from txmq.model import MessageType, Outcome, Outgoing
+from txmq.errors import ClientIdRequiredError, UnsupportedError
+from txmq.model import MessageType
 from txmq.protocol import mapping, telemetry
-from txmq.txn.steps import DecisionInFlightError
 
 log = logging.getLogger("txmq.broker")
 T = TypeVar("T")
-# Replies copy these (CopyFrom) or return them as they are: gRPC only serializes a reply, and
-# nothing here changes one after it is returned.
-_OK = mapping.status()
-_END_OK = sv.EndTransactionResponse(status=_OK)
 
 
 async def answer(response: Callable[..., Any], work: Callable[[], Awaitable[Any]]) -> Any:
@@ -102,8 +98,25 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.GetOffset = consume.GetOffset
         self.QueryOffset = consume.QueryOffset
         self.membership = membership or Membership.solo(*endpoint, now_ms=now_ms)
-        # Replication (replication.py): every write passes this before it is acknowledged.
-        self.ack_gate: Callable[[], Awaitable[None]] | None = None
+        # The producer RPCs are compiled handlers (produce_rpcs.py), bound here the same way.
+        self.produce = ProduceRpcs(
+            topics=topics,
+            clients=clients,
+            sends=sends,
+            executor=executor,
+            notify=consume.notify_appended,
+        )
+        self.SendMessage = self.produce.SendMessage
+        self.EndTransaction = self.produce.EndTransaction
+
+    @property
+    def ack_gate(self) -> Callable[[], Awaitable[None]] | None:
+        """Replication (replication.py): every write passes this before it is acknowledged."""
+        return self.produce.ack_gate
+
+    @ack_gate.setter
+    def ack_gate(self, gate: Callable[[], Awaitable[None]] | None) -> None:
+        self.produce.ack_gate = gate
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (store, coordinator) in the executor."""
@@ -234,88 +247,6 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
                 task.cancel()
             session.close_stream(stream)
             session.last_seen_ms = self.now_ms()
-
-    # --- Producing. ---------------------------------------------------------------------------
-
-    async def SendMessage(self, request: Any, context: Any) -> Any:
-        """Store each message; the top status is OK or the first entry's failure."""
-        if not request.messages:
-            return sv.SendMessageResponse(status=fail(BadRequestError("no messages to send")))
-        if len(request.messages) > limits.SEND_BATCH_MAX:
-            return sv.SendMessageResponse(
-                status=fail(BadRequestError(f"at most {limits.SEND_BATCH_MAX} messages per send"))
-            )
-        cid, peer = client_id(context), context.peer() or ""
-
-        msgs = list(request.messages)
-        items = [self._outgoing(m, peer) for m in msgs]  # the wire mapped here, at the edge
-        # Its normal messages share one write and one fsync, the others (FIFO ones included)
-        # are stored one by one in request order. Written on the loop, which then awaits the
-        # fsync (durable.py), unless storing may do more than that.
-        if SendPath.needs_thread(items, self.topics):
-            outcomes = await self.run(self.sends.send, items, client_id=cid)
-        else:
-            steps = self.sends.send_steps(items, client_id=cid)
-            outcomes = await durable.drive(steps, self.executor)
-        if self.ack_gate is not None:
-            try:
-                await self.ack_gate()
-            except errors.TxmqError as exc:
-                return sv.SendMessageResponse(status=fail(exc))
-        return self._send_reply(msgs, outcomes, cid)
-
-    def _send_reply(self, msgs: list[Any], outcomes: list[Any], cid: str) -> Any:
-        """The reply: an entry per message, the top status OK or the first entry's failure.
-        Filled in place (``entries.add``, statuses copied from one OK), not built from
-        keyword arguments, which copy every nested message once more (issue 17)."""
-        reply = sv.SendMessageResponse()
-        top = None
-        for msg, got in zip(msgs, outcomes, strict=True):
-            entry = reply.entries.add()
-            if isinstance(got, Exception):
-                entry.status.CopyFrom(fail(got))
-                entry.message_id = msg.system_properties.message_id
-                if top is None:
-                    top = entry.status
-                continue
-            if got.deliverable:
-                self.notify_appended(got.topic, got.queue_id)
-            if got.transaction_id and cid:
-                self.clients.note_publisher(cid, got.topic)
-            entry.status.CopyFrom(_OK)
-            entry.message_id = got.message_id
-            entry.transaction_id = got.transaction_id
-            entry.offset = max(0, got.queue_offset)
-        reply.status.CopyFrom(_OK if top is None else top)
-        return reply
-
-    def _outgoing(self, msg: Any, peer: str) -> Outgoing | Exception:
-        """One SendMessage entry as the send path takes it, or the error refusing it."""
-        try:
-            return mapping.outgoing_from_wire(
-                msg, born_host=peer, body_size_max=self.sends.body_size_max
-            )
-        except Exception as exc:  # answered in this message's entry, as a refusal
-            return exc
-
-    async def EndTransaction(self, request: Any, context: Any) -> Any:
-        # ``answer``'s body inline: no closure and inner coroutine per call (issue 17).
-        try:
-            end = mapping.end_request_from_wire(request)
-            try:
-                decided = await durable.drive(self.sends.end_steps(end, block=False), self.executor)
-            except DecisionInFlightError:
-                decided = await self.run(self.sends.end, end)  # waits for the other one
-            if self.ack_gate is not None:
-                await self.ack_gate()
-            if decided.outcome is Outcome.COMMITTED:
-                # The commit record is the message entering its queue: wake that topic.
-                self.notify_appended(decided.topic)
-            return _END_OK
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return sv.EndTransactionResponse(status=fail(exc))
 
     # --- Not supported. -------------------------------------------------------------------------
 
