@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test test-slow lint bench bench-compare clean modules compiled interpreted
 
 # The editable install, then the broker's hot modules as TXMQ_COMPILE says (mypyc_build.py,
-# docs/adr/0007). Default 0: interpreted (no .so files), until the compiled build's failure
-# under concurrent store use (ADR 0007, "Opt-in") is understood. TXMQ_COMPILE=1 compiles the
-# modules txmq/compiled.py lists to C in place; an edit of a listed source rebuilds (make
-# compares times; the broker and the tests compare hashes and refuse a stale build). Without a
-# C compiler the build stays interpreted anyway.
-TXMQ_COMPILE ?= 0
+# docs/adr/0007). Default 1: the modules txmq/compiled.py lists compiled to C in place, with
+# mypyc's free-instance race fixed in the generated C (mypyc_patch.py; ADR 0007, "The
+# free-instance race"); an edit of a listed source rebuilds (make compares times; the broker
+# and the tests compare hashes and refuse a stale or unpatched build). TXMQ_COMPILE=0 builds
+# interpreted (no .so files); without a C compiler that happens anyway.
+TXMQ_COMPILE ?= 1
 COMPILED_SOURCES := $(addprefix src/,$(shell cd src && $(PY) -c 'from txmq.compiled import COMPILED; print(*COMPILED)'))
 BUILT := $(VENV)/.compiled-$(TXMQ_COMPILE)
 
@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml
 $(BUILT): $(COMPILED_SOURCES) src/txmq/compiled.py mypyc_build.py mypyc_patch.py
 	$(MAKE) --no-print-directory modules
 
-# Build the modules as TXMQ_COMPILE says. `make compiled` compiles them for a broker you start
-# yourself (the next plain `make test` goes back to interpreted; `make TXMQ_COMPILE=1 test`
-# tests the compiled build); `make interpreted` removes them.
+# Build the modules as TXMQ_COMPILE says. `make interpreted` removes them, e.g. for a debugger
+# or a profiler on the .py files (the next plain `make test` compiles again; `make
+# TXMQ_COMPILE=0 test` tests interpreted); `make compiled` compiles them now.
 modules:
 	rm -f $(VENV)/.compiled-*
 	TXMQ_COMPILE=$(TXMQ_COMPILE) $(VENV)/bin/python mypyc_build.py

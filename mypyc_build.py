@@ -65,6 +65,7 @@ def build() -> None:
     hashes = compiled.source_hashes()  # before mypyc reads them: an edit meanwhile is stale
     compiled.RECORD.unlink(missing_ok=True)
     os.chdir(ROOT)
+    before = mypyc_patch.fingerprints(Path("build"))  # what the last build compiled, patched
     extensions = mypycify(
         ["--config-file", "pyproject.toml", *(f"src/{p}" for p in compiled.COMPILED)],
         opt_level="3",
@@ -73,7 +74,7 @@ def build() -> None:
     )
     # Between mypyc's C and the C compile: its free-instance race fixed (mypyc_patch.py).
     sources = [Path(s) for ext in extensions for s in ext.sources if s.endswith(".c")]
-    patched = mypyc_patch.apply(sources)
+    patched = mypyc_patch.apply(sources, before)
     setup(
         name="txmq-compiled",
         script_args=["-q", "build_ext", "--inplace", "-j", str(os.cpu_count() or 1)],

@@ -29,6 +29,8 @@ line) instead of bringing the race back.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -123,9 +125,18 @@ def check(text: str, name: str) -> Counter[str]:
     return shapes
 
 
-def apply(files: Iterable[Path]) -> int:
-    """Patch the generated C ``files`` in place (unchanged files keep their times); the number of
-    patched deallocators, which then covers every slot declared in them.
+def fingerprints(directory: Path) -> dict[Path, tuple[str, int]]:
+    """SHA-256 and mtime (ns) of every C file below ``directory``: taken before mypyc writes."""
+    return {
+        p: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in directory.rglob("*.c")
+    }
+
+
+def apply(files: Iterable[Path], before: dict[Path, tuple[str, int]] | None = None) -> int:
+    """Patch the generated C ``files`` in place; the number of patched deallocators, which then
+    covers every slot declared in them. A file that comes out as it was ``before`` mypyc rewrote
+    it unpatched gets its time back, so the C compile skips it as unchanged.
 
     Raises:
         PatchError: the generated code is not in the shape this patch expects.
@@ -137,6 +148,9 @@ def apply(files: Iterable[Path]) -> int:
         fixed = patch(text, path.name)
         if fixed != text:
             path.write_text(fixed)
+            old = (before or {}).get(path)
+            if old is not None and old[0] == hashlib.sha256(fixed.encode()).hexdigest():
+                os.utime(path, ns=(old[1], old[1]))
         shapes += check(fixed, path.name)
         slots["setup"].update(m["slot"] for m in _KNOWN_LINES["setup"].finditer(fixed))
         slots["dealloc"].update(m["slot"] for m in _PATCHED.finditer(fixed))

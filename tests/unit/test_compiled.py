@@ -161,3 +161,27 @@ def test_the_record_holds_every_compiled_source_and_the_patch() -> None:
         assert sorted(record) == sorted([*compiled.COMPILED, compiled.PATCHED])
         assert record[compiled.PATCHED].endswith(" free-instance deallocators reordered")
     assert compiled.problems() == []
+
+
+# A compiled generator that yields inside an ``except`` block and is abandoned there (its caller
+# breaks out of the loop) leaves the caught exception in the caller's ``sys.exc_info()``: the
+# thread's next exception is chained to it (docs/upstream/mypyc-free-instance-race.md, end).
+def yields_in_handlers(files: Iterable[Path]) -> list[str]:
+    out = []
+    for f in files:
+        for handler in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(handler, ast.ExceptHandler):
+                out += [
+                    f"{f.name}:{n.lineno}"
+                    for n in ast.walk(handler)
+                    if isinstance(n, ast.Yield | ast.YieldFrom)
+                ]
+    return out
+
+
+def test_compiled_generators_yield_nothing_inside_an_except_block(tmp_path: Path) -> None:
+    assert yields_in_handlers(ROOT / "src" / p for p in compiled.COMPILED) == []
+    (tmp_path / "bad.py").write_text(
+        "def scan() -> object:\n    try:\n        pass\n    except ValueError:\n        yield -1\n"
+    )
+    assert yields_in_handlers([tmp_path / "bad.py"]) == ["bad.py:5"]

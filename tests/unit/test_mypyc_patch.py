@@ -6,6 +6,7 @@ The compiled behaviour itself: test_compiled_generators.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import mypyc_patch
@@ -79,6 +80,22 @@ def test_the_deallocator_clears_first_and_takes_the_slot_only_if_still_empty(
     mtime = path.stat().st_mtime_ns
     assert mypyc_patch.apply([path]) == 1
     assert path.read_text() == text and path.stat().st_mtime_ns == mtime
+
+
+def test_a_file_mypyc_rewrote_as_it_was_keeps_its_time_so_gcc_skips_it(tmp_path: Path) -> None:
+    """mypyc rewrites a file it generates the same (unpatched) C for, since ours differs; once
+    patched again it is what was compiled last time, so it gets that time back."""
+    path = _generated(tmp_path)
+    mypyc_patch.apply([path])
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    before = mypyc_patch.fingerprints(tmp_path)
+    patched = path.read_text()
+    path.write_text(DECLARATION + DEALLOC + SETUP)  # what mypyc writes, with a new time
+    assert mypyc_patch.apply([path], before) == 1
+    assert path.read_text() == patched and path.stat().st_mtime_ns == 1_000_000_000
+    path.write_text(DECLARATION + DEALLOC.replace("-113;", "-114;") + SETUP)  # a real change
+    assert mypyc_patch.apply([path], before) == 1
+    assert path.stat().st_mtime_ns > 1_000_000_000
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ from txmq.errors import (
 from txmq.format import record as codec
 from txmq.model import Record
 from txmq.store.disk import Disk
-from txmq.store.segment import Segment, is_segment_name, iter_raw, segment_name
+from txmq.store.segment import Segment, decoded, is_segment_name, iter_raw, segment_name
 
 
 @dataclass(frozen=True)
@@ -397,10 +397,9 @@ class CommitLog:
         for n, seg in enumerate(segments):
             for item in iter_raw(seg, self.segment_size, pos):
                 if item.kind == "record":
-                    try:
-                        rec = codec.decode(memoryview(item.buf)[item.pos :], item.offset)
-                    except CorruptRecordError as exc:
-                        yield None, ScanEnd(item.offset, exc.reason)
+                    rec = decoded(item)
+                    if isinstance(rec, str):
+                        yield None, ScanEnd(item.offset, rec)
                         return
                     yield rec, ScanEnd(item.offset + item.size)
                 elif item.kind == "bad":

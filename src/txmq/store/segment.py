@@ -1,9 +1,9 @@
 """One commit-log segment file: naming, reading records out of it, and chunked scans.
 
 Owns: the file-name rule (20-digit zero-padded start offset, as RocketMQ), the ``Segment`` value
-(start offset, handle, bytes in use) and ``iter_raw``, the chunked walk that recovery and the
-log's forward scans share. Must not: write, decide what a bad record means (recovery does), or
-know about other segments.
+(start offset, handle, bytes in use), ``iter_raw``, the chunked walk that recovery and the
+log's forward scans share, and ``decoded``, a walked record or why it is not one. Must not:
+write, decide what a bad record means (recovery does), or know about other segments.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from txmq import limits
+from txmq.errors import CorruptRecordError
 from txmq.format import record as codec
+from txmq.model import Record
 from txmq.store.disk import FileHandle
 
 # Scans read segments in chunks this big, so a 1 GiB log costs ~128 reads, not a million.
@@ -52,6 +54,16 @@ class RawItem(NamedTuple):
     buf: bytes = b""
     pos: int = 0
     reason: str = ""
+
+
+def decoded(item: RawItem) -> Record | str:
+    """The verified record of a "record" item, or why it is not one (the CorruptRecordError's
+    reason). Returned, not raised: a compiled generator that yields inside an ``except`` block
+    and is abandoned there leaves the error in its caller's ``sys.exc_info()`` (ADR 0007)."""
+    try:
+        return codec.decode(memoryview(item.buf)[item.pos :], item.offset)
+    except CorruptRecordError as exc:
+        return exc.reason
 
 
 def iter_raw(seg: Segment, segment_size: int, from_pos: int) -> Iterator[RawItem]:
