@@ -111,12 +111,18 @@ class GroupCommit:
         # writes one shipment at a time and waits for it: no thread hop per round, issue 19);
         # the flusher still runs ``flush`` and ``stop``.
         self.inline = inline
-        # Writers wake only the flusher (``_work``). SYNC writers wait, without the writer lock,
-        # for the group their write belongs to (``_group``): the flusher sets it once that group
-        # is durable, so waking them costs no trip through the writer lock.
-        # ``_durable`` wakes ``flush()`` callers.
-        self._work = threading.Condition(self.lock)
+        # Writers wake only the flusher (``_wake_flusher``). SYNC writers wait, without the
+        # writer lock, for the group their write belongs to (``_group``): the flusher sets it
+        # once that group is durable, so waking them costs no trip through the writer lock.
+        # ``_durable`` wakes ``flush()`` callers (``_flush_waiters`` of them).
+        # Why no Condition for the flusher's sleep: a Condition's wait and notify run ~10
+        # Python calls per group commit (issue 17); the flusher sleeps on a lock of its own
+        # instead (``_sleep``), released by whoever wakes it.
+        self._wake = threading.Lock()
+        self._wake.acquire()  # held except to wake the sleeping flusher
+        self._sleeping = False  # the flusher sleeps on ``_wake`` (under ``lock``)
         self._durable = threading.Condition(self.lock)
+        self._flush_waiters = 0
         self._group = Group()
         self._in_flight: Group | None = None
         self._sync_mode = sync_mode
@@ -162,7 +168,7 @@ class GroupCommit:
             return None
         self._pending.extend(entries)
         if not self.inline:
-            self._work.notify()
+            self._wake_flusher()
         return self._group
 
     def replace_publish(self, publish: Publish) -> Publish:
@@ -179,7 +185,13 @@ class GroupCommit:
         if self._in_flight is not None:
             self._in_flight.set()
         self._durable.notify_all()
-        self._work.notify_all()
+        self._wake_flusher()
+
+    def _wake_flusher(self) -> None:
+        """Wake the flusher if it sleeps (``lock`` held, as when it went to sleep)."""
+        if self._sleeping:
+            self._sleeping = False
+            self._wake.release()
 
     # --- Called without ``lock``. ----------------------------------------------------------------
 
@@ -213,9 +225,13 @@ class GroupCommit:
         with self.lock:
             end = self.written_end
             self._flush_requested = True
-            self._work.notify()
-            while self.durable_end < end and not self.fenced:
-                self._durable.wait()
+            self._wake_flusher()
+            self._flush_waiters += 1
+            try:
+                while self.durable_end < end and not self.fenced:
+                    self._durable.wait()
+            finally:
+                self._flush_waiters -= 1
             if self.durable_end < end:
                 raise StoreFencedError(self.fenced)
 
@@ -225,7 +241,7 @@ class GroupCommit:
         with self.lock:
             self._stopping = True
             self._halted = not flush
-            self._work.notify()
+            self._wake_flusher()
         self._flusher.join(timeout=30)
         invariant(not self._flusher.is_alive(), "flusher did not stop")
 
@@ -245,9 +261,28 @@ class GroupCommit:
                 if self._stopping:
                     return False
                 if self._sync_mode:
-                    self._work.wait()
-                elif not self._work.wait(self._interval_s) and self.written_end > self.durable_end:
+                    self._sleep(-1)
+                elif not self._sleep(self._interval_s) and self.written_end > self.durable_end:
                     return True  # The interval passed: flush what ASYNC writers left behind.
+
+    def _sleep(self, timeout_s: float) -> bool:
+        """Release ``lock`` until a writer wakes the flusher (``_wake_flusher``) or ``timeout_s``
+        passes (-1: no timeout), then take it again; whether it was woken. Every release of
+        ``_wake`` is taken by the sleep it ended, so the next sleep blocks."""
+        self._sleeping = True
+        self.lock.release()
+        try:
+            woken = self._wake.acquire(timeout=timeout_s)
+        finally:
+            self.lock.acquire()
+        if not woken:
+            if self._sleeping:
+                self._sleeping = False  # nobody woke it
+            else:
+                # A writer woke it (under ``lock``) after the timeout: take that release.
+                self._wake.acquire()
+                woken = True
+        return woken
 
     def _take_locked(self) -> tuple[int, list[Entry], Group, Callable[[], None]]:
         """Under ``lock`` and ``_running``: (target end, entries to publish, the group, the
@@ -296,7 +331,8 @@ class GroupCommit:
         with self.lock:
             self.durable_end = max(self.durable_end, target)
             self._in_flight = None
-            self._durable.notify_all()
+            if self._flush_waiters:
+                self._durable.notify_all()
         group.set()
         try:
             self._after_flush(target)
