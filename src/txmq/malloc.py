@@ -1,7 +1,7 @@
 """Allocator tuning for processes that move megabytes per request (broker, Spark readers).
 
-Owns: ``keep_large_blocks`` (glibc malloc) and ``collect_less_often`` (CPython's cyclic
-garbage collector, explained at its threshold below).
+Owns: ``keep_large_blocks`` and ``give_back_free`` (glibc malloc) and ``collect_less_often``
+(CPython's cyclic garbage collector, explained at its threshold below).
 
 By default glibc serves each block over 128 KiB (or a threshold it raises as blocks are freed)
 with its own mmap and gives it back with munmap, and trims the heap top when freeing, so every 1
@@ -40,21 +40,31 @@ _TOP_PAD_BYTES: Final = 64 * limits.MiB
 _done = False
 
 
+def _libc() -> ctypes.CDLL | None:
+    """glibc's malloc functions, or None where they do not apply (another OS or libc)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt  # noqa: B018 (looked up to tell glibc from musl, which has no mallopt)
+        libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to tune
+    return libc
+
+
 def keep_large_blocks() -> bool:
     """Tune this process's malloc once; True if it took effect (glibc on Linux)."""
     global _done
     if _done:
         return True
-    if not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False  # not glibc (musl has no mallopt): nothing to tune
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     ok = all(
@@ -67,6 +77,25 @@ def keep_large_blocks() -> bool:
     )
     _done = ok
     return ok
+
+
+def give_back_free() -> bool:
+    """Return every arena's free pages to the OS now (glibc ``malloc_trim(0)``); True if done.
+
+    Why: with ``keep_large_blocks`` each thread's arena keeps up to _TRIM_BYTES freed above
+    what it uses. A one-off burst in a thread that then idles (the broker's open and recovery,
+    run off the event loop) would keep its reads' buffers for the life of the process: 12
+    never-read receive streams peaked at 505-525 MiB that way instead of ~340 (issue 14's
+    bound, tests/integration/test_receive_memory.py). Call it after such a burst, not per request.
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    trim = libc.malloc_trim
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    trim(0)  # 1 if memory was released, 0 if there was none: both fine
+    return True
 
 
 # Container allocations between two young-generation collections (CPython's default is 700).

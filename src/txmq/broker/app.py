@@ -325,6 +325,7 @@ async def serve(
     open_broker_notice(config.acl_file)
     executor = _executor()
     parts = await asyncio.to_thread(_open_parts, config, leadership)
+    malloc.give_back_free()  # recovery's reads, kept by the open thread's arena (txmq.malloc)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []
     guard = _guard(acl, config, parts)
