@@ -292,6 +292,7 @@ def _open_parts(config: BrokerConfig, leadership: Leadership | None) -> Parts:
             "%d records past offset %s held from readers until the in-sync replicas have them",
             got.held_count, got.held_from,
         )  # fmt: skip
+    malloc.give_back_free()  # recovery's reads, kept by this thread's arena (txmq.malloc)
     return parts
 
 
@@ -325,7 +326,6 @@ async def serve(
     open_broker_notice(config.acl_file)
     executor = _executor()
     parts = await asyncio.to_thread(_open_parts, config, leadership)
-    malloc.give_back_free()  # recovery's reads, kept by the open thread's arena (txmq.malloc)
     metrics_http: Any = None
     tasks: list[asyncio.Task[None]] = []
     guard = _guard(acl, config, parts)
