@@ -278,7 +278,10 @@ def test_an_operators_create_replaces_a_topic_a_client_auto_created(tmp_path: Pa
         )
         # b0 may have imported b1's auto-created topic at a probe first: replaced there too.
         assert created["members"]["b0"] in ("created", "replaced")
-        assert created["members"]["b1"] == "replaced", created
+        # b1 replaces its auto-created topic when the forwarded create reaches it, or earlier,
+        # when its probe of b0 imports b0's new definition ("exists" by the time the create
+        # comes: seen once in CI at load). Either way every member ends with the definition:
+        assert created["members"]["b1"] in ("replaced", "exists"), created
         want = {"name": "orders", "queues": 2, "type": "transaction", "all": False}
         for b in c.brokers:
             got = call(b.endpoints, "TopicDefinitions", {})["topics"]
