@@ -58,14 +58,7 @@ from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
 from txmq.store.acked import AckedEnd
 from txmq.store.epochs import EpochFile, EpochStart, divergence_point
 from txmq.store.identity import incarnation, renew_incarnation
-from txmq.store.replica import (
-    append_shipped,
-    append_shipped_nowait,
-    last_of,
-    shipped_durable,
-    sync_shipped,
-    tail_of,
-)
+from txmq.store.replica import append_shipped, last_of, tail_of
 from txmq.store.store import Store
 from txmq.store.truncate import truncate_closed
 from txmq.txn.coordinator import SNAPSHOT_FILE
@@ -267,11 +260,7 @@ class Follower:
         too.) A large one is appended in a thread."""
         if len(data) > limits.REPLICA_INLINE_SHIP_BYTES:
             return await asyncio.to_thread(self._append_blocking, data, pairs)
-        self.epochs.adopt(pairs, self.store.log_end_offset, self.store.log_end_offset + len(data))
-        group, end = append_shipped_nowait(self.store, data)
-        if group is not None:
-            sync_shipped(self.store)
-        return shipped_durable(self.store, group, end)
+        return self._append_blocking(data, pairs)
 
     async def _diverged(self, endpoint: str, epoch: int) -> None:
         """Our tail is not the leader's: ask for its epoch history (Kafka's
