@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import sys
 from typing import Final
@@ -40,8 +41,10 @@ _TOP_PAD_BYTES: Final = 64 * limits.MiB
 _done = False
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """glibc's malloc functions, or None where they do not apply (another OS or libc)."""
+    """glibc's malloc functions, or None where they do not apply (another OS or libc). Looked
+    up once: ``find_library`` runs ``ldconfig`` in a subprocess."""
     if not sys.platform.startswith("linux"):
         return None
     name = ctypes.util.find_library("c")
