@@ -116,8 +116,10 @@ def test_a_member_restored_from_a_backup_never_leads_with_less(group, etcd_endpo
     leader, follower, acked, both, backup = backed_up(group, etcd_endpoint, "bk")
     wait_confirmed(etcd_endpoint, leader)
 
+    roles = {b.data_dir.name: status(b.endpoints).get("role") for b in (leader, follower)}
     for b in (leader, follower):
         b.kill9()
+    at_kill = confirmed_stored(etcd_endpoint)
     restore(follower, backup)
     follower.start()
 
@@ -130,7 +132,9 @@ def test_a_member_restored_from_a_backup_never_leads_with_less(group, etcd_endpo
     now, _ = leader_of(group)
     got = delivered(now.endpoints, "bk", len(acked))
     assert set(acked) <= got, (
-        f"lost {sorted(set(acked) - got)} (restored member led: {restored_led})"
+        f"lost {sorted(set(acked) - got)} (restored member led: {restored_led}; stored"
+        f" confirmed end at the kill: {at_kill}; roles then: {roles}); its log:\n"
+        + follower.log_tail(60)
     )
     assert not restored_led and now is leader
     doc = status(follower.endpoints)

@@ -19,7 +19,7 @@ def _lead(e: Election, now: int, epoch: int = 7) -> None:
     assert e.next_step(now) is Step.GRANT
     e.granted(now, lease_id=42, ttl_ms=TTL)
     assert e.next_step(now) is Step.CAMPAIGN
-    e.observed(now, Leader(e.me, "h:1", epoch))
+    e.observed(now, Leader(e.me, "h:1", epoch, lease=42))
     assert e.leads(now)
 
 
@@ -63,6 +63,31 @@ def test_a_follower_waits_while_someone_leads_and_campaigns_once_the_key_is_gone
     assert e.next_step(limits.REPLICA_OBSERVE_PERIOD_MS) is Step.OBSERVE
     e.observed(limits.REPLICA_OBSERVE_PERIOD_MS, None)
     assert e.next_step(limits.REPLICA_OBSERVE_PERIOD_MS) is Step.GRANT
+
+
+def test_a_key_naming_this_replica_under_another_lease_is_not_led_with() -> None:
+    """A replica killed -9 while leading and restarted within its lease's TTL finds its own
+    name on the leader key, held by the dead process's lease. If etcd did not answer its first
+    read it may have been granted a lease of its own by the time its campaign loses to that
+    key: before, it then led on a key etcd deletes when the dead lease expires (whatever its
+    keepalives), having never read the in-sync set; it waits for the key to go instead."""
+    e = Election("r1")
+    assert e.next_step(0) is Step.OBSERVE
+    e.unreachable(0)
+    assert e.next_step(1) is Step.GRANT
+    e.granted(1, lease_id=8, ttl_ms=TTL)
+    assert e.next_step(1) is Step.CAMPAIGN
+    stale = Leader("r1", "h:1", 9, lease=5)
+    e.observed(2, stale)
+    assert not e.leads(2) and not e.may_acknowledge(2)
+    assert e.next_step(3) is Step.WAIT
+    e.observed(limits.REPLICA_OBSERVE_PERIOD_MS, stale)
+    assert not e.leads(limits.REPLICA_OBSERVE_PERIOD_MS) and e.lease_id == 8
+    gone = 2 * limits.REPLICA_OBSERVE_PERIOD_MS
+    e.observed(gone, None)  # etcd expired the dead process's lease: the key is gone
+    assert e.next_step(gone) is Step.CAMPAIGN  # with its own lease, kept meanwhile
+    e.observed(gone, Leader("r1", "h:1", 30, lease=8))
+    assert e.leads(gone)
 
 
 def test_seeing_another_leader_while_leading_steps_down() -> None:

@@ -80,11 +80,13 @@ class Step(enum.Enum):
 @dataclass(frozen=True)
 class Leader:
     """Who leads a group and since which etcd revision (the epoch: every later leader's is
-    higher, because etcd's revisions only grow)."""
+    higher, because etcd's revisions only grow), holding the key with which etcd lease (0:
+    not known)."""
 
     name: str
     endpoint: str
     epoch: int
+    lease: int = 0
 
 
 class Election:
@@ -121,13 +123,18 @@ class Election:
     # --- What to do next. ---------------------------------------------------------------------
 
     def leads(self, now_ms: int) -> bool:
-        """We hold the leader key and our lease has not lapsed by our own clock."""
+        """We hold the leader key, with our own lease, and it has not lapsed by our own clock.
+        A key that names us under another lease is an earlier process's of this replica
+        (killed, restarted within the TTL): etcd deletes it when that lease expires, which our
+        keepalives do not put off, so it is not ours to lead with."""
         return (
-            self.leader is not None
-            and self.leader.name == self.me
-            and self.lease_id is not None
-            and now_ms < self.lease_deadline_ms
+            self.leader is not None and self._holds(self.leader) and now_ms < self.lease_deadline_ms
         )
+
+    def _holds(self, leader: Leader) -> bool:
+        """``leader`` is this replica's key under the lease it holds now."""
+        lease = self.lease_id
+        return leader.name == self.me and lease is not None and leader.lease == lease
 
     def may_acknowledge(self, now_ms: int) -> bool:
         """A write may be acknowledged as this group's now: we lead by ``leads``."""
@@ -191,8 +198,8 @@ class Election:
                 leader.epoch >= self.leader.epoch or self.leader.name == self.me,
                 f"epochs only grow: saw {leader.epoch} after {self.leader.epoch}",
             )
-        was_me = self.leader is not None and self.leader.name == self.me
-        if was_me and (leader is None or leader.name != self.me):
+        ours = self.leader is not None and self._holds(self.leader)
+        if ours and leader != self.leader:
             self._lapse()  # our key is gone or someone else's: etcd expired our lease
         self.leader = leader
         self.observed_ms = now_ms

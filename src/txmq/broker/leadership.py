@@ -104,7 +104,7 @@ def decode_leader(kv: KeyValue | None) -> Leader | None:
         return None
     try:
         doc = json.loads(kv.value)
-        return Leader(str(doc["name"]), str(doc["endpoint"]), kv.create_revision)
+        return Leader(str(doc["name"]), str(doc["endpoint"]), kv.create_revision, kv.lease)
     except (ValueError, KeyError, TypeError) as exc:
         raise RemoteProtocolError(f"leader key holds no leader: {kv.value[:80]!r}") from exc
 
