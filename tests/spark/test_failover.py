@@ -144,6 +144,21 @@ def test_sink_and_reader_follow_a_failover_mid_batch(group: list[BrokerProcess])
     assert sorted(bodies) == sorted(f"row-{i:06d}".encode() for i in range(ROWS))
 
 
+def ready_writer(
+    first: BrokerProcess, second: BrokerProcess, topic: str, sink_id: str
+) -> tuple[str, TxmqBatchWriter]:
+    """Both replicas in sync, ``topic`` created on the leader ``first`` and copied by
+    ``second``: (both endpoints, a batch writer to ``topic`` through both)."""
+    wait_until(lambda: _in_sync(first), 20, "both replicas in sync")
+    with BrokerClient(first.endpoints) as b:
+        b.create_topic(topic, 1, "transaction")
+    wait_until(lambda: follower_has_topic(second, topic), 10, "the topic on the follower")
+    both = f"{first.endpoints};{second.endpoints}"
+    schema = StructType([StructField("body", BinaryType())])
+    opts = {"endpoints": both, "topic": topic, "sinkId": sink_id, "batchId": "0"}
+    return both, TxmqBatchWriter(opts, schema)
+
+
 def _pause(old: BrokerProcess, new: BrokerProcess) -> threading.Thread:
     """SIGSTOP ``old``; in the background, once ``new`` leads, SIGCONT it: it finds its lease
     lapsed, follows ``new`` (cutting what it wrote unacknowledged), and SYNC 2 of 2 acknowledges
@@ -189,14 +204,7 @@ def test_sink_leaves_a_paused_leader_which_acknowledges_nothing_after(
     the old leader, resumed once the new one leads, answers a Spark write that reached it
     while paused with a refusal; every row once."""
     first, second = leader_of(group)
-    wait_until(lambda: _in_sync(first), 20, "both replicas in sync")
-    with BrokerClient(first.endpoints) as b:
-        b.create_topic(TOPIC, 1, "transaction")
-    wait_until(lambda: follower_has_topic(second, TOPIC), 10, "the topic on the follower")
-    both = f"{first.endpoints};{second.endpoints}"
-    schema = StructType([StructField("body", BinaryType())])
-    opts = {"endpoints": both, "topic": TOPIC, "sinkId": "paused", "batchId": "0"}
-    writer = TxmqBatchWriter(opts, schema)
+    _, writer = ready_writer(first, second, TOPIC, "paused")
     stale = BrokerClient(first.endpoints)
     stale.queue_ranges(TOPIC)  # connected before the pause
     answers: list[object] = []

@@ -38,10 +38,10 @@ import signal
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -83,6 +83,7 @@ BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 _SINK_PROPS = frozenset(
     {PROP_SINK_QUERY, PROP_SINK_BATCH, PROP_SINK_PARTITION, PROP_SINK_ATTEMPT, PROP_SINK_LEDGER}
 )
+T = TypeVar("T")
 
 
 class SinkCommitLostError(errors.TransactionError):
@@ -327,15 +328,36 @@ def _sent(messages: Sequence[Any], query: str, batch: str) -> list[SentHalves]:
     return sent
 
 
+def _until_acknowledged(call: Callable[[], T]) -> T:
+    """``call()``, again after doubling pauses for up to SINK_BUSY_RETRY_S_MAX while it fails
+    with a retriable error: a replica group that stored the write on its leader but could not
+    confirm it on enough replicas in time (ReplicationTimeoutError: a follower catching up,
+    paused or restarting), a failover that outlasted the client's own (NotLeaderError,
+    BrokerUnavailableError), back-pressure. Only for calls that may be repeated: a decision
+    (EndTransaction is idempotent on the broker, and a repeated one is acknowledged, as the
+    first, only once the group holds it) and the ledger record (a second copy lists the same
+    transactions: readers take the union)."""
+    deadline = time.monotonic() + limits.SINK_BUSY_RETRY_S_MAX
+    pause = limits.SINK_BUSY_BACKOFF_S_MIN
+    while True:
+        try:
+            return call()
+        except errors.TxmqError as exc:
+            if not exc.retriable or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # the group catches up or elects: no event here to wait on
+        pause = min(pause * 2, limits.SINK_BUSY_BACKOFF_S_MAX)
+
+
 def _append_ledger(broker: BrokerClient, entry: LedgerEntry) -> None:
     """Append the batch's ledger record, creating the ledger topic first on a broker that does
     not create topics on first use."""
     record = _message(LEDGER_TOPIC, entry.encode(), keys=[entry.key])
     try:
-        broker.send([record])
+        _until_acknowledged(lambda: broker.send([record]))
     except errors.TopicNotFoundError:
         broker.create_topic(LEDGER_TOPIC, 1, "normal")
-        broker.send([record])
+        _until_acknowledged(lambda: broker.send([record]))
 
 
 def _ledger(broker: BrokerClient, query: str, batch: str) -> list[LedgerEntry]:
@@ -358,8 +380,9 @@ def _decide(
 
     def one(h: SentHalf) -> None:
         commit = h.transaction_id in committed
+        broker = brokers.get(h.endpoint or home)
         try:
-            brokers.get(h.endpoint or home).end_transaction(h, commit=commit)
+            _until_acknowledged(lambda: broker.end_transaction(h, commit=commit))
         except errors.TransactionConflictError as exc:
             if commit:
                 raise SinkCommitLostError(query, batch, h.transaction_id, str(exc)) from exc
