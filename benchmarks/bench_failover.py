@@ -23,19 +23,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import grpc
 from _common import machine
-from bench_replication import _broker, _role
+from bench_replication import _broker, _free_ports, _role
 from rocketmq import (
     ClientConfiguration,
     Credentials,
@@ -59,14 +57,6 @@ WAIT_S = 30.0
 class Rollback(TransactionChecker):  # type: ignore[misc]
     def check(self, message: Message) -> TransactionResolution:
         return TransactionResolution.ROLLBACK
-
-
-def _free_ports(n: int) -> list[int]:
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return sorted(s.getsockname()[1] for s in socks)
 
 
 def _wait(predicate, what: str) -> None:  # type: ignore[no-untyped-def]

@@ -6,10 +6,14 @@ official Producer threads sending 1 KiB messages (``--txn``: begin, half message
 ``--seconds``, at the single broker or at the group's leader; throughput and the p50/p99 of
 one acknowledged send (or transaction). Phases alternate ``--rounds`` times, so the ratio holds
 on a shared machine even when absolute figures do not. etcd (Debian's etcd-server) is started
-for the run in a temporary directory. The official client dials a group's route (both
-replicas) as one target, and in some phases its calls reach the follower, which forwards them
-to the leader (ADR 0006): such a phase prints the follower's forwarded calls (its CPU per send
-is then ~3x), and the ratios are printed again without those rounds.
+for the run in a temporary directory. The official Python client dials a group's route (both
+replicas) as one gRPC target with the addresses sorted, and gRPC's pick_first stays on the
+first that accepts (ADR 0006): the group is started as ``txmq cluster up`` starts one, r0 on
+the lower port and leading before r1 starts, so the client talks to the leader. Before
+(2026-11-27), ports were the kernel's and a phase whose follower had the lower port, and whose
+leader had read r1's registration before the client's first route query, went through the
+follower, which forwarded every call (~3x its CPU per send). A phase the follower still
+forwarded in prints its forwarded calls, and the ratios are printed again without those rounds.
 
 Run: ``.venv/bin/python benchmarks/bench_replication.py [--seconds S] [--threads N] [--rounds R]
 [--txn] [--baseline-src DIR]``.
@@ -20,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -43,9 +49,9 @@ LEAD_TIMEOUT_S = 30.0
 
 
 def _broker(
-    data_dir: Path, *extra: str, src: Path = ROOT / "src"
+    data_dir: Path, *extra: str, src: Path = ROOT / "src", port: int = 0
 ) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", "0",
+    cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(data_dir), "--port", str(port),
            "--auto-create-topics", *extra]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(src))
     log = data_dir.with_suffix(".log").open("a")
@@ -55,6 +61,15 @@ def _broker(
     if "listening on" not in line:
         raise SystemExit(f"broker did not start: {line!r} (see {log.name})")
     return proc, line.strip().rsplit(" ", 1)[1]
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports, ascending (held open together so none repeats)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return sorted(s.getsockname()[1] for s in socks)
 
 
 def _status(endpoint: str) -> dict[str, object]:
@@ -76,14 +91,14 @@ def _cpu(pids: list[int]) -> list[float]:
     return [counters(p).cpu_s for p in pids] + [machine_busy_s()]
 
 
-def _leader_of(endpoints: list[str]) -> str:
+def _await_roles(endpoints: list[str], roles: list[str]) -> None:
+    """Return once each of ``endpoints`` has the role at the same place in ``roles``."""
     deadline = time.monotonic() + LEAD_TIMEOUT_S
     while time.monotonic() < deadline:
-        roles = {e: _role(e) for e in endpoints}
-        if sorted(roles.values()) == ["follower", "leader"]:
-            return next(e for e, r in roles.items() if r == "leader")
+        if [_role(e) for e in endpoints] == roles:
+            return
         time.sleep(0.2)  # polling the replicas' status; no event to wait on
-    raise SystemExit("no leader with a follower within the bound")
+    raise SystemExit(f"{endpoints} are not {roles} within the bound")
 
 
 def _load(
@@ -127,22 +142,21 @@ def _phase(kind: str, tmp: Path, etcd: str, args: argparse.Namespace, rnd: int) 
         else:
             eps = []
             src = Path(args.baseline_src) / "src" if kind == "base2" else ROOT / "src"
-            for i in range(2):
+            # As `txmq cluster up` starts a group: r0 on the lower port leads before r1 starts,
+            # so the client's pick_first (sorted addresses, ADR 0006) dials the leader.
+            for i, port in enumerate(_free_ports(2)):
                 proc, ep = _broker(
                     tmp / f"{kind}-r{i}-{rnd}", "--etcd", etcd, "--replica-group",
                     f"{kind}-g{rnd}", "--broker-name", f"r{i}", "--min-insync-replicas", "2",
-                    src=src,
+                    src=src, port=port,
                 )  # fmt: skip
                 procs.append(proc)
                 eps.append(ep)
-            endpoint = _leader_of(eps)
-            if eps[0] != endpoint:  # the leader first, then the follower
-                procs.reverse()
-            follower = next(e for e in eps if e != endpoint)
+                _await_roles(eps, ["leader", "follower"][: i + 1])
+            endpoint, follower = eps
             got = _load(endpoint, args, f"{kind}-{rnd}", [p.pid for p in procs])
-            # The official client dials a replica group's route (every replica) as one
-            # target: now and then its calls go to the follower, which forwards them to the
-            # leader (ADR 0006), a hop more per send. Counted, so such a phase is seen.
+            # Calls the follower forwarded to the leader (ADR 0006), a hop more per send:
+            # counted, so a phase that went through the follower is seen.
             return (*got, int(str(_status(follower).get("forwarded", 0))))
         return (*_load(endpoint, args, f"{kind}-{rnd}", [p.pid for p in procs]), 0)
     finally:

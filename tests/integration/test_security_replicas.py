@@ -100,6 +100,8 @@ def test_a_secured_replica_group_replicates_over_tls_signed(
             p.shutdown()
         st = status(leader, pki)
         assert "r0" in st["in_sync"] and "r1" in st["in_sync"], st  # type: ignore[operator]
+        # No plain TCP wire beside a TLS port (replica_wire.py): the rounds stay on Follow.
+        assert st["wire_port"] is None and status(follower, pki)["fetching_on"] == "stream"
         forwarded = status(follower, pki)["forwarded"]
         assert isinstance(forwarded, int)
         # A call to the follower is forwarded to the leader (ADR 0006) only once the follower's

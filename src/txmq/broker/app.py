@@ -42,7 +42,8 @@ from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
 from txmq.broker.peer_names import PeerInterceptor, peer_interceptor
-from txmq.broker.replication import Replication, add_replica
+from txmq.broker.replica_wire import serve_wire
+from txmq.broker.replication import Replication, add_replica, answerer
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, invariant
@@ -260,13 +261,19 @@ def _replication(leadership: Leadership, parts: Parts) -> Replication:
     )
 
 
-def _lead_with(replication: Replication | None, server: Any, servicer: MessagingServicer) -> None:
+def _lead_with(
+    replication: Replication | None, server: Any, servicer: MessagingServicer, wire: str | None
+) -> list[asyncio.Task[None]]:
     """Serve the Replica channel and gate every acknowledgement through replication (None:
-    a broker alone, nothing to do)."""
+    a broker alone, nothing to do); with ``wire`` (a host: the broker serves neither TLS nor
+    an ACL) its fetch rounds on plain TCP too (replica_wire.py), the task returned."""
     if replication is None:
-        return
+        return []
     add_replica(server, replication, servicer)
     servicer.ack_gate = replication.acknowledge
+    if wire is None:
+        return []
+    return [asyncio.create_task(_serve_wire(replication, servicer, wire))]
 
 
 def visible_end(config: BrokerConfig, leadership: Leadership | None) -> int | None:
@@ -345,7 +352,7 @@ async def serve(
         # The sink's check-back reads a batch's ledger on its home member (txn/ledger.py).
         parts.ledger.place(membership.group.name, membership.find_at if membership.peers else None)
         consume, servicer = _add_services(server, parts, executor, membership)
-        _lead_with(replication, server, servicer)
+        tasks = _lead_with(replication, server, servicer, _wire_host(config, credentials, acl))
         if config.metrics_port is not None:
             from prometheus_client import start_http_server
 
@@ -354,7 +361,7 @@ async def serve(
             )
         await server.start()
         await consume.start()
-        tasks = Loops(parts, servicer).start(config.tick_ms / 1000.0)
+        tasks += Loops(parts, servicer).start(config.tick_ms / 1000.0)
         if guard is not None and hangup is not None:
             tasks.append(asyncio.create_task(_reload_on(hangup, guard, config, membership)))
         if membership.peers:
@@ -366,6 +373,22 @@ async def serve(
         await _shutdown(server, tasks, consume, executor, parts, metrics_http)
         if owned is not None:
             owned.close()
+
+
+def _wire_host(config: BrokerConfig, credentials: Any | None, acl: Acl | None) -> str | None:
+    """Where a leader serves its fetch rounds on plain TCP: its host, unless it serves TLS or
+    checks an ACL (None: no wire, replica_wire.py)."""
+    return config.host if credentials is None and acl is None else None
+
+
+async def _serve_wire(replication: Replication, servicer: MessagingServicer, host: str) -> None:
+    """Fetch rounds on plain TCP beside the gRPC port (replica_wire.py): a plaintext group's
+    followers use it once its Status names the port."""
+
+    def published(port: int | None) -> None:
+        replication.wire_port = port
+
+    await serve_wire(answerer(replication, servicer), host, published)
 
 
 async def _probe_forever(membership: Membership, parts: Parts, servicer: MessagingServicer) -> None:

@@ -31,7 +31,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import grpc
@@ -125,6 +125,8 @@ class Replication:
         # With SYNC replication the in-sync set lives in etcd (ADR 0005): this epoch starts
         # from the set stored last (absent: a fresh group, no follower yet).
         self._storing: asyncio.Task[None] | None = None
+        # The port of this leader's fetch rounds on plain TCP (replica_wire.py), None: none.
+        self.wire_port: int | None = None
         self._confirmed_ms = leadership.clock()  # when a confirmed end was last stored
         if min_insync > 1:
             me = leadership.election.me
@@ -368,6 +370,7 @@ class Replication:
             "lag_bytes": self.insync.lag_bytes(end),
             "held_records": self.hold.held if self.hold is not None else 0,
             "renewed": self.leadership.renewed,
+            "wire_port": self.wire_port,
         }
 
     def _in_sync(self, now_ms: int) -> list[str]:
@@ -400,8 +403,10 @@ def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
     return leader.epoch, epochs
 
 
-def add_replica(server: Any, replication: Replication, service: Any) -> None:
-    """Register the Replica channel (leader side) on ``server``."""
+def answerer(
+    replication: Replication, service: Any
+) -> Callable[[bytes], Awaitable[tuple[bytes, bool]]]:
+    """What answers a fetch request, on any transport (Fetch, Follow, replica_wire.py)."""
 
     async def answer(body: bytes) -> tuple[bytes, bool]:
         """A fetch request's reply, and whether it was not a refusal."""
@@ -410,6 +415,13 @@ def add_replica(server: Any, replication: Replication, service: Any) -> None:
             return channels.frame(header, [data]), True
         except Exception as exc:
             return channels.frame(refusal(exc, "Fetch")), False
+
+    return answer
+
+
+def add_replica(server: Any, replication: Replication, service: Any) -> None:
+    """Register the Replica channel (leader side) on ``server``."""
+    answer = answerer(replication, service)
 
     async def fetch(body: bytes, context: Any) -> bytes:
         return (await answer(body))[0]
