@@ -111,6 +111,33 @@ def test_a_resigning_leader_hands_over_within_an_observe_period(
     asyncio.run(main())
 
 
+def test_a_leader_keeps_its_lease_while_its_event_loop_is_held_up(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    """The lease is renewed from its own thread (keepalive.py): a loop held up for longer than
+    a lease lasts after its last keepalive (one long callback, or a backlog under CPU load)
+    leaves the leader leading, with the same epoch. A paused process is another matter (the
+    fencing tests): its keepalive thread pauses with it."""
+
+    async def main() -> None:
+        r0, r1, t0, t1 = await _leader_and_follower(etcd_endpoint)
+        assert r1.leader is not None
+        epoch, renewals = r1.leader.epoch, r0.renewal.renewals
+        held_up = time.monotonic() + TTL / 1000 + 1
+        while time.monotonic() < held_up:
+            pass  # CPU work on the loop: no step of either replica runs meanwhile
+        assert r0.leads(), "the lease lapsed while the loop was held up"
+        assert r0.renewal.renewals - renewals >= 3  # a keepalive a second, for 4 s
+        key = Etcd(etcd_endpoint).get(r0.key)
+        assert key is not None and key.create_revision == epoch  # never deleted, never retaken
+        await r0.resign()
+        for t in (t0, t1):
+            t.cancel()
+        await asyncio.gather(t0, t1, return_exceptions=True)
+
+    asyncio.run(main())
+
+
 def test_an_unreachable_etcd_is_one_coordination_error() -> None:
     with pytest.raises(CoordinationError, match=r"etcd at 127\.0\.0\.1:1: kv/range failed"):
         Etcd("127.0.0.1:1").get("/k")

@@ -26,11 +26,48 @@ def _lead(e: Election, now: int, epoch: int = 7) -> None:
 def test_a_replica_observes_grants_campaigns_then_leads_and_renews() -> None:
     e = Election("r0")
     _lead(e, 1_000)
+    # The loop's steps only wait while it leads (until the lease would lapse); the keepalive
+    # thread renews it a period after the grant was sent, and every period after that.
     assert e.next_step(1_000) is Step.WAIT
-    assert e.due_ms == 1_000 + limits.REPLICA_KEEPALIVE_PERIOD_MS
-    assert e.next_step(e.due_ms) is Step.KEEPALIVE
-    e.kept_alive(e.due_ms, TTL)
-    assert e.lease_deadline_ms == e.due_ms + TTL - limits.REPLICA_LEASE_SAFETY_MS
+    assert e.due_ms == 1_000 + TTL - limits.REPLICA_LEASE_SAFETY_MS
+    due = e.renewal_at()
+    assert due == 1_000 + limits.REPLICA_KEEPALIVE_PERIOD_MS
+    assert e.renewal_due(due - 1) is None
+    assert e.renewal_due(due) == 42
+    e.kept_alive(due, TTL, 42)
+    assert e.lease_deadline_ms == due + TTL - limits.REPLICA_LEASE_SAFETY_MS
+    assert e.renewal_at() == due + limits.REPLICA_KEEPALIVE_PERIOD_MS
+    assert e.next_step(due + 1) is Step.WAIT and e.due_ms == e.lease_deadline_ms
+
+
+def test_a_keepalive_answer_extends_the_lease_from_when_it_was_sent_however_late() -> None:
+    """The keepalive thread's answer may come long after it sent the request (a slow etcd, a
+    starved process): the lease runs from the send, never from the answer."""
+    e = Election("r0")
+    _lead(e, 0)
+    sent = limits.REPLICA_KEEPALIVE_PERIOD_MS
+    answered = sent + TTL  # later than the lease the request renews would last
+    e.kept_alive(sent, TTL, 42)
+    assert not e.may_acknowledge(answered)
+    assert e.may_acknowledge(sent + TTL - limits.REPLICA_LEASE_SAFETY_MS - 1)
+    # An older answer, arriving after a newer one, takes nothing back.
+    e.kept_alive(sent - 500, TTL, 42)
+    assert e.lease_deadline_ms == sent + TTL - limits.REPLICA_LEASE_SAFETY_MS
+
+
+def test_a_keepalive_answer_for_a_lease_no_longer_held_changes_nothing() -> None:
+    e = Election("r0")
+    _lead(e, 0)
+    deadline = TTL - limits.REPLICA_LEASE_SAFETY_MS
+    assert e.renewal_due(deadline) is None  # lapsed by our clock: nothing to renew
+    assert e.next_step(deadline) is Step.OBSERVE  # the loop drops it
+    e.kept_alive(deadline - 10, TTL, 42)  # the keepalive thread's answer, sent before
+    assert e.lease_id is None and not e.leads(deadline + 1)
+    # Nor does an answer about an older lease touch the one granted since.
+    e.observed(deadline, None)
+    e.granted(deadline, lease_id=43, ttl_ms=TTL)
+    e.kept_alive(deadline, 0, 42)
+    assert e.lease_id == 43
 
 
 def test_a_leader_stops_acknowledging_before_etcd_could_expire_its_lease() -> None:
@@ -50,7 +87,7 @@ def test_a_leader_stops_acknowledging_before_etcd_could_expire_its_lease() -> No
 def test_a_keepalive_answered_with_no_ttl_steps_down_at_once() -> None:
     e = Election("r0")
     _lead(e, 0)
-    e.kept_alive(500, 0)
+    e.kept_alive(500, 0, 42)
     assert not e.leads(501)
     assert e.next_step(501) is Step.OBSERVE
 

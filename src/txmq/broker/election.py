@@ -1,7 +1,8 @@
 """Leadership of one replica group and its in-sync set, sans-I/O (h11 style).
 
 Owns: what a replica should do next about leadership (``Election.next_step``) given what etcd
-answered (``granted``, ``kept_alive``, ``observed``) and the time, all passed in; whether this
+answered (``granted``, ``kept_alive``, ``observed``) and the time, all passed in; when the lease
+a leader holds is to be renewed (``renewal_due``: keepalive.py's thread asks); whether this
 replica may acknowledge a write right now (``may_acknowledge``); the in-sync set of a group and
 the offset the group has durable (``InSync``). The rules are ADR 0005's.
 Must not: do I/O, read a clock or know etcd's wire format (etcd.py and leadership.py do).
@@ -72,7 +73,6 @@ class Confirmed:
 class Step(enum.Enum):
     GRANT = "grant"  # ask etcd for a lease (we hold none, or ours lapsed)
     CAMPAIGN = "campaign"  # compare-and-put the leader key with our lease
-    KEEPALIVE = "keepalive"  # renew the lease we lead with
     OBSERVE = "observe"  # read the leader key
     WAIT = "wait"  # nothing is due before ``Election.due_ms``
 
@@ -163,10 +163,8 @@ class Election:
         eligible = eligible and self.named()
         if self.lease_id is not None and now_ms >= self.lease_deadline_ms:
             self._lapse()
-        if self.leads(now_ms):
-            if now_ms - self.renewed_ms >= limits.REPLICA_KEEPALIVE_PERIOD_MS:
-                return Step.KEEPALIVE
-            self.due_ms = self.renewed_ms + limits.REPLICA_KEEPALIVE_PERIOD_MS
+        if self.leads(now_ms):  # renewed by ``renewal_due``'s caller, its own timer
+            self.due_ms = self.lease_deadline_ms
             return Step.WAIT
         seen = self.observed_ms
         if seen is None or now_ms - seen >= limits.REPLICA_OBSERVE_PERIOD_MS:
@@ -176,6 +174,18 @@ class Election:
         self.due_ms = seen + limits.REPLICA_OBSERVE_PERIOD_MS
         return Step.WAIT
 
+    def renewal_due(self, now_ms: int) -> int | None:
+        """The lease to renew now (we lead, and a keepalive period passed since the last was
+        sent), else None. Its sender calls ``kept_alive`` with the answer; the next is due at
+        ``renewal_at``."""
+        if self.leads(now_ms) and now_ms - self.renewed_ms >= limits.REPLICA_KEEPALIVE_PERIOD_MS:
+            return self.lease_id
+        return None
+
+    def renewal_at(self) -> int:
+        """When the next keepalive is due, if we still lead then."""
+        return self.renewed_ms + limits.REPLICA_KEEPALIVE_PERIOD_MS
+
     # --- What etcd answered. ------------------------------------------------------------------
 
     def granted(self, sent_ms: int, lease_id: int, ttl_ms: int) -> None:
@@ -184,8 +194,12 @@ class Election:
         self.lease_id = lease_id
         self._extend(sent_ms, ttl_ms)
 
-    def kept_alive(self, sent_ms: int, ttl_ms: int) -> None:
-        """A keepalive sent at ``sent_ms`` was answered with ``ttl_ms`` (0: the lease is gone)."""
+    def kept_alive(self, sent_ms: int, ttl_ms: int, lease_id: int | None) -> None:
+        """A keepalive of ``lease_id`` sent at ``sent_ms`` was answered with ``ttl_ms`` (0: the
+        lease is gone). An answer about another lease than the one held now (ours lapsed while
+        the keepalive was on its way) changes nothing."""
+        if lease_id != self.lease_id:
+            return
         if ttl_ms <= 0:
             self._lapse()
             return

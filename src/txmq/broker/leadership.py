@@ -2,7 +2,9 @@
 
 Owns: the leader key of a group (``/txmq/<cluster>/groups/<group>/leader``, value JSON
 ``{"name", "endpoint"}``, attached to the leader's lease), running each step the election asks
-for in a thread (etcd calls block), and telling listeners when the leader changes; the group's
+for in a thread (etcd calls block), the lease's renewal on its own thread (keepalive.py; every
+call into the election holds ``Leadership.lock``), and telling listeners when the leader
+changes; the group's
 replica list (``/txmq/<cluster>/replicas/<group>/<name>``, same value, no lease: each replica
 puts its own at start and reads them all every REPLICA_LIST_PERIOD_MS), which routes advertise
 (ADR 0006). An entry outlives its replica on purpose: a replica down is still one of the group,
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -22,6 +25,7 @@ from typing import Protocol
 from txmq import limits
 from txmq.broker.election import Confirmed, Election, Leader, Member, Step, sort_key
 from txmq.broker.etcd import Etcd, KeyValue
+from txmq.broker.keepalive import LeaseRenewal
 from txmq.errors import CoordinationError, RemoteProtocolError, invariant
 
 log = logging.getLogger(__name__)
@@ -146,6 +150,11 @@ class Leadership:
         self.election = Election(me, incarnation=incarnation, ttl_ms=ttl_ms)
         self.clock = clock
         self.changed = asyncio.Event()  # set whenever the observed leader changes
+        # Held around every call into ``election``: the keepalive thread renews the lease
+        # (keepalive.py) while the loop steps and reads it.
+        self.lock = threading.Lock()
+        self.renewal = LeaseRenewal(etcd, self.election, self.lock, clock, self._lost)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one ``run`` runs on
         # Was this replica in sync with the last leader it fetched from (follower.py)? Asked
         # only where no in-sync set is stored (Election.may_campaign).
         self.eligible: Callable[[], bool] = lambda: True
@@ -166,51 +175,72 @@ class Leadership:
         return self.election.leader
 
     def leads(self) -> bool:
-        return self.election.may_acknowledge(self.clock())
+        with self.lock:
+            return self.election.may_acknowledge(self.clock())
+
+    def _lost(self) -> None:
+        """etcd said our lease is gone (from the keepalive thread): wake the loop's watchers."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.changed.set)
 
     async def step(self) -> Step:
         """Run the one step the election wants now; returns it."""
         e = self.election
         eligible = await self._holds_confirmed() and e.may_campaign(self.eligible())
-        now = self.clock()
-        step = e.next_step(now, eligible=eligible)
-        before = e.leader
+        with self.lock:
+            now = self.clock()
+            held = e.lease_id is not None and e.leader is not None and e.leader.name == e.me
+            step = e.next_step(now, eligible=eligible)
+            before = e.leader
+            lapsed = held and e.lease_id is None
+        if lapsed:
+            log.warning(
+                "this replica's lease lapsed by its own clock: the last keepalive answered was"
+                " sent %d ms ago (%d renewals)", now - e.renewed_ms, self.renewal.renewals,
+            )  # fmt: skip
         try:
             if step is Step.GRANT:
                 new_lease, ttl = await asyncio.to_thread(self.etcd.grant, e.ttl_ms)
-                e.granted(now, new_lease, ttl)
+                with self.lock:
+                    e.granted(now, new_lease, ttl)
             elif step is Step.CAMPAIGN:
-                lease = e.lease_id
-                invariant(lease is not None, "a campaign holds a lease")
-                assert lease is not None  # for mypy
-                unchanged = (self.insync_key, e.insync_rev)
-                claim = await asyncio.to_thread(
-                    self.etcd.put_if_absent, self.key, self.value, lease, unchanged
-                )
-                e.observed(self.clock(), decode_leader(claim.holder))
-                if not claim.won and claim.holder is None:
-                    e.observed_ms = None  # the in-sync set changed: read it before campaigning
-            elif step is Step.KEEPALIVE:
-                lease = e.lease_id
-                invariant(lease is not None, "a leader holds a lease")
-                assert lease is not None  # for mypy
-                e.kept_alive(now, await asyncio.to_thread(self.etcd.keepalive, lease))
+                await self._campaign()
             elif step is Step.OBSERVE:
                 # One read, one revision: the leader key and the in-sync set together.
                 kvs = await asyncio.to_thread(self.etcd.get_prefix, self.key[: -len("leader")])
                 stored = kvs.get(self.insync_key)
-                e.insync = decode_insync(stored)
-                e.confirmed = decode_confirmed(stored)
-                e.insync_rev = stored.mod_revision if stored is not None else 0
-                e.observed(self.clock(), decode_leader(kvs.get(self.key)))
+                with self.lock:
+                    e.insync = decode_insync(stored)
+                    e.confirmed = decode_confirmed(stored)
+                    e.insync_rev = stored.mod_revision if stored is not None else 0
+                    e.observed(self.clock(), decode_leader(kvs.get(self.key)))
                 self._warn_reborn()
         except CoordinationError as exc:
             self.errors += 1
             log.warning("%s", exc)
-            e.unreachable(self.clock())
+            with self.lock:
+                e.unreachable(self.clock())
         if e.leader != before:
             self.changed.set()
         return step
+
+    async def _campaign(self) -> None:
+        """Compare-and-put the leader key with our lease (Step.CAMPAIGN)."""
+        e = self.election
+        lease = e.lease_id
+        invariant(lease is not None, "a campaign holds a lease")
+        assert lease is not None  # for mypy
+        unchanged = (self.insync_key, e.insync_rev)
+        claim = await asyncio.to_thread(
+            self.etcd.put_if_absent, self.key, self.value, lease, unchanged
+        )
+        with self.lock:
+            e.observed(self.clock(), decode_leader(claim.holder))
+            if not claim.won and claim.holder is None:
+                e.observed_ms = None  # the in-sync set changed: read it before campaigning
+        if claim.won:
+            self.renewal.wake()  # its first keepalive is due a period after the grant
 
     async def _holds_confirmed(self) -> bool:
         """This replica's log holds what the stored set says its members held (ADR 0005,
@@ -255,8 +285,11 @@ class Leadership:
 
     async def run(self) -> None:
         """Step forever (until cancelled), waiting between steps until the next is due; the
-        replica list is kept in its own task, so a slow etcd call there delays no keepalive."""
+        replica list is kept in its own task, and the lease renewed from its own thread
+        (keepalive.py), which stops with this."""
+        self._loop = asyncio.get_running_loop()
         lister = asyncio.create_task(self._list_replicas())
+        self.renewal.start()
         try:
             while True:
                 step = await self.step()
@@ -264,8 +297,10 @@ class Leadership:
                     delay = max(0, self.election.due_ms - self.clock())
                     await asyncio.sleep(min(delay, limits.REPLICA_OBSERVE_PERIOD_MS) / 1000)
         finally:
+            self.renewal.stop()
             lister.cancel()
             await asyncio.gather(lister, return_exceptions=True)
+            await asyncio.to_thread(self.renewal.join)
 
     def refresh_replicas(self) -> None:
         """Put this replica's entry (idempotent) and read every replica's (blocking: run in a
@@ -308,8 +343,9 @@ class Leadership:
 
     async def resign(self) -> None:
         """Step down cleanly: revoke our lease, which deletes the leader key at once."""
-        lease = self.election.lease_id
-        self.election.kept_alive(self.clock(), 0)
+        with self.lock:
+            lease = self.election.lease_id
+            self.election.kept_alive(self.clock(), 0, lease)
         if lease is not None:
             await asyncio.to_thread(self.etcd.revoke, lease)
 
