@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
@@ -44,7 +44,20 @@ class Candidate(NamedTuple):
     message_group: str
 
 
-@dataclass
+# A namedtuple's ``__new__`` is a Python function (a frame per key, ~3k instructions compiled
+# or not); ``tuple.__new__`` builds the same tuple in C. Several keys per receive and ack
+# (issue 17, eleventh pass).
+def queue_key(group: str, topic: str, queue_id: int) -> QueueKey:
+    """``QueueKey(group, topic, queue_id)``, built in C."""
+    return tuple.__new__(QueueKey, (group, topic, queue_id))
+
+
+def candidate(queue_offset: int, message_group: str) -> Candidate:
+    """``Candidate(queue_offset, message_group)``, built in C."""
+    return tuple.__new__(Candidate, (queue_offset, message_group))
+
+
+@dataclass(init=False)
 class Lease:
     queue_offset: int
     message_group: str
@@ -55,17 +68,43 @@ class Lease:
     # When an expired lease may be delivered again: the deadline, or later if the backoff for
     # this attempt says so. A client that set the deadline itself gets exactly its deadline.
     visible_ms: int
-    dead: bool = False
+    dead: bool
+
+    def __init__(
+        self,
+        queue_offset: int,
+        message_group: str,
+        attempt: int,
+        seq: int,
+        delivered_ms: int,
+        deadline_ms: int,
+        visible_ms: int,
+        dead: bool = False,
+    ) -> None:
+        self.queue_offset = queue_offset
+        self.message_group = message_group
+        self.attempt = attempt
+        self.seq = seq
+        self.delivered_ms = delivered_ms
+        self.deadline_ms = deadline_ms
+        self.visible_ms = visible_ms
+        self.dead = dead
 
 
-@value
+@dataclass(init=False, unsafe_hash=True)
 class Grant:
     """Deliver this offset now, with this attempt number; the receipt handle carries ``seq``."""
 
-    key: QueueKey
-    queue_offset: int
-    attempt: int
-    seq: int
+    key: Final[QueueKey]
+    queue_offset: Final[int]
+    attempt: Final[int]
+    seq: Final[int]
+
+    def __init__(self, key: QueueKey, queue_offset: int, attempt: int, seq: int) -> None:
+        self.key = key
+        self.queue_offset = queue_offset
+        self.attempt = attempt
+        self.seq = seq
 
 
 @value

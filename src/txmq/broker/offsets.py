@@ -19,22 +19,23 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from txmq import limits
 from txmq.broker.delivery import (
-    Candidate,
     DeadLetter,
     DeliveryBook,
     Expired,
     Grant,
     Position,
     QueueKey,
+    candidate,
+    queue_key,
 )
 from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
-from txmq.frozen import value
 from txmq.model import PROP_MESSAGE_GROUP, Record
 from txmq.protocol.mapping import validate_group
 from txmq.store.disk import Disk, OsDisk
@@ -101,11 +102,16 @@ def _row(r: dict[str, Any]) -> tuple[QueueKey, Position]:
     return key, Position(int(r["ack"]), settled, attempts)
 
 
-@value
+@dataclass(init=False, unsafe_hash=True)
 class Delivery:
-    record: Record
-    receipt_handle: str
-    attempt: int
+    record: Final[Record]
+    receipt_handle: Final[str]
+    attempt: Final[int]
+
+    def __init__(self, record: Record, receipt_handle: str, attempt: int) -> None:
+        self.record = record
+        self.receipt_handle = receipt_handle
+        self.attempt = attempt
 
 
 class ConsumerPositions:
@@ -159,7 +165,7 @@ class ConsumerPositions:
         RECEIVE_ON_LOOP_LAG_MAX entries past its ack offset (due redeliveries, held FIFO
         messages and new ones all lie in between), so the event loop may run it itself (see
         limits.py). None, with nothing done, otherwise."""
-        keys = [QueueKey(group, topic, qid) for qid in queue_ids]
+        keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
             ends = self.store.queue_ends(topic, queue_ids)
             books = self.book.books
@@ -177,7 +183,7 @@ class ConsumerPositions:
         never holds more than that (broker/flow.py). Keyword arguments: ``_receive``'s. From
         any position: the broker calls it in its executor when ``receive_recent`` would not
         serve it."""
-        keys = [QueueKey(group, topic, qid) for qid in queue_ids]
+        keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
             return self._receive(keys, self.store.queue_ends(topic, queue_ids), **kw)
 
@@ -259,7 +265,7 @@ class ConsumerPositions:
                     records, nxt = records[:fit], records[fit].queue_offset
             if nxt <= start:
                 break
-            cands = [Candidate(r.queue_offset, _group_of(r)) for r in records]
+            cands = [candidate(r.queue_offset, _group_of(r)) for r in records]
             grants, expired = self.book.offer(
                 key, nxt, cands, now_ms=now_ms, invisible_ms=invisible_ms, room=room, fifo=fifo
             )
@@ -322,7 +328,7 @@ class ConsumerPositions:
     def ack(self, group: str, handle: str) -> None:
         r = self.decode_handle(group, handle)
         with self._lock:
-            self.book.ack(QueueKey(r.group, r.topic, r.queue_id), r.queue_offset, r.seq)
+            self.book.ack(queue_key(r.group, r.topic, r.queue_id), r.queue_offset, r.seq)
             self._dirty = True
 
     def change_invisible(self, group: str, handle: str, invisible_ms: int, now_ms: int) -> str:

@@ -20,6 +20,8 @@ import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from txmq import limits
 from txmq.broker.delay import DelaySchedule, due_later
@@ -31,7 +33,6 @@ from txmq.errors import (
     invariant,
 )
 from txmq.format.record import validate_draft
-from txmq.frozen import value
 from txmq.model import (
     PROP_DELIVERY_TIMESTAMP_MS,
     PROP_MESSAGE_GROUP,
@@ -47,24 +48,42 @@ from txmq.txn.coordinator import Transactions
 from txmq.txn.steps import Steps, run_blocking
 
 
-@value
+@dataclass(init=False, unsafe_hash=True)
 class Sent:
-    message_id: str
-    transaction_id: str
-    topic: str
-    queue_id: int
+    message_id: Final[str]
+    transaction_id: Final[str]
+    topic: Final[str]
+    queue_id: Final[int]
     # -1 when the message is not in its topic's consume queue yet (half or delayed).
-    queue_offset: int
+    queue_offset: Final[int]
+
+    def __init__(
+        self,
+        message_id: str,
+        transaction_id: str,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+    ) -> None:
+        self.message_id = message_id
+        self.transaction_id = transaction_id
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
 
     @property
     def deliverable(self) -> bool:
         return self.queue_offset >= 0
 
 
-@value
+@dataclass(init=False, unsafe_hash=True)
 class Decided:
-    outcome: Outcome
-    topic: str
+    outcome: Final[Outcome]
+    topic: Final[str]
+
+    def __init__(self, outcome: Outcome, topic: str) -> None:
+        self.outcome = outcome
+        self.topic = topic
 
 
 _PENDING = Exception("not stored yet")  # a placeholder send() replaces for every message

@@ -12,10 +12,12 @@ from __future__ import annotations
 import binascii
 import hmac
 import struct
+from _hashlib import hmac_digest
+from dataclasses import dataclass
+from typing import Final
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
-from txmq.frozen import value
 
 _VERSION = 1
 _TAG_BYTES = 16
@@ -37,13 +39,20 @@ def _b64(blob: bytes) -> str:
     return binascii.b2a_base64(blob, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
 
-@value
+@dataclass(init=False, unsafe_hash=True)
 class Receipt:
-    group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    seq: int
+    group: Final[str]
+    topic: Final[str]
+    queue_id: Final[int]
+    queue_offset: Final[int]
+    seq: Final[int]
+
+    def __init__(self, group: str, topic: str, queue_id: int, queue_offset: int, seq: int) -> None:
+        self.group = group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.seq = seq
 
 
 class ReceiptCodec:
@@ -52,9 +61,10 @@ class ReceiptCodec:
         self._secret = secret
 
     def _tag(self, raw: bytes) -> bytes:
-        # hmac.digest: OpenSSL's one-shot HMAC, the same bytes as hmac.new(...).digest()
-        # without building an HMAC object in Python (issue 17: twice per delivered message).
-        return hmac.digest(self._secret, raw, "sha256")[:_TAG_BYTES]
+        # OpenSSL's one-shot HMAC, the same bytes as hmac.new(...).digest() without an HMAC
+        # object, and called directly rather than through ``hmac.digest``, a Python function
+        # that calls it (issue 17: twice per delivered message).
+        return hmac_digest(self._secret, raw, "sha256")[:_TAG_BYTES]
 
     def encode(self, r: Receipt) -> str:
         group, topic = r.group.encode(), r.topic.encode()

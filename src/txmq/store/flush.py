@@ -27,9 +27,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from txmq.errors import StoreFencedError, invariant
 from txmq.format.record import Entry
+from txmq.model import AppendResult
 from txmq.thread_names import name_os_thread
 
 Publish = Callable[[Sequence[Entry], int], None]
@@ -87,6 +90,20 @@ class Group:
                 # Why not raise: the flusher calls this, and one waiter's broken callback must
                 # not stop durability for every other writer.
                 log.exception("a durability callback failed")
+
+
+@dataclass(init=False)
+class Pending:
+    """A write ``Store.append_many_nowait`` made: durable once ``group`` is done (None: at once,
+    in ASYNC mode or for an empty batch). Its own ``__init__``: a native class when compiled,
+    built without a Python frame (txmq.model's docstring; issue 17)."""
+
+    results: Final[list[AppendResult]]
+    end: Final[int]
+    group: Final[Group | None]
+
+    def __init__(self, results: list[AppendResult], end: int, group: Group | None) -> None:
+        self.results, self.end, self.group = results, end, group
 
 
 class GroupCommit:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -47,7 +46,7 @@ from txmq.store.ballast import Ballast
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.disk import Disk, OsDisk
-from txmq.store.flush import Group, GroupCommit
+from txmq.store.flush import Group, GroupCommit, Pending
 from txmq.store.health import Health
 from txmq.store.reader import Reader
 from txmq.store.recovery import recover_store
@@ -61,16 +60,6 @@ _DISK_CHECK_MS: Final = 1_000
 # A checkpoint is taken after this many flushed bytes, bounding recovery work after a crash.
 _CHECKPOINT_EVERY_BYTES: Final = 64 * limits.MiB
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A write ``append_many_nowait`` made: durable once ``group`` is done (None: at once, in
-    ASYNC mode or for an empty batch)."""
-
-    results: list[AppendResult]
-    end: int
-    group: Group | None
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests count its calls

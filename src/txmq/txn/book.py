@@ -48,6 +48,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from txmq import limits
 from txmq.errors import (
@@ -56,7 +57,6 @@ from txmq.errors import (
     TransactionConflictError,
     invariant,
 )
-from txmq.frozen import value
 from txmq.model import DecisionSource, Outcome
 
 # The route of transactions a server-side resolver owns; no producer group can be named this
@@ -94,7 +94,7 @@ _TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
 _SCHEDULED = frozenset({TxnState.PREPARED, TxnState.CHECKING})
 
 
-@dataclass
+@dataclass(init=False)
 class Txn:
     """One transaction the book still tracks (pending or dead)."""
 
@@ -108,15 +108,47 @@ class Txn:
     # Delay before the first check: the broker's transaction timeout or the per-message
     # check immunity.
     timeout_ms: int
-    checks: int = 0
-    next_check_ms: int = 0
-    state: TxnState = TxnState.PREPARED
+    checks: int
+    next_check_ms: int
+    state: TxnState
     # A server-side resolver owns it: checked without a live producer.
-    claimed: bool = False
+    claimed: bool
     # Heap generation: a heap entry is live only if it carries the current one.
-    gen: int = 0
+    gen: int
     # Where a failed decision returns to.
-    undecided_state: TxnState = TxnState.PREPARED
+    undecided_state: TxnState
+
+    def __init__(
+        self,
+        transaction_id: str,
+        message_id: str,
+        half_offset: int,
+        producer_group: str,
+        client_id: str,
+        topic: str,
+        prepared_at_ms: int,
+        timeout_ms: int,
+        checks: int = 0,
+        next_check_ms: int = 0,
+        state: TxnState = TxnState.PREPARED,
+        claimed: bool = False,
+        gen: int = 0,
+        undecided_state: TxnState = TxnState.PREPARED,
+    ) -> None:
+        self.transaction_id = transaction_id
+        self.message_id = message_id
+        self.half_offset = half_offset
+        self.producer_group = producer_group
+        self.client_id = client_id
+        self.topic = topic
+        self.prepared_at_ms = prepared_at_ms
+        self.timeout_ms = timeout_ms
+        self.checks = checks
+        self.next_check_ms = next_check_ms
+        self.state = state
+        self.claimed = claimed
+        self.gen = gen
+        self.undecided_state = undecided_state
 
     def transition_to(self, state: TxnState) -> None:
         if state not in _TRANSITIONS[self.state]:  # the message formatted only on failure
@@ -128,11 +160,16 @@ class Txn:
         self.state = state
 
 
-@value
+@dataclass(init=False, unsafe_hash=True)
 class Decided:
-    outcome: Outcome
-    source: DecisionSource
-    decided_at_ms: int
+    outcome: Final[Outcome]
+    source: Final[DecisionSource]
+    decided_at_ms: Final[int]
+
+    def __init__(self, outcome: Outcome, source: DecisionSource, decided_at_ms: int) -> None:
+        self.outcome = outcome
+        self.source = source
+        self.decided_at_ms = decided_at_ms
 
 
 @dataclass(frozen=True)

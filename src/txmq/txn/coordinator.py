@@ -70,7 +70,8 @@ from txmq.model import (
     RecordDraft,
     TxnFlag,
 )
-from txmq.store.store import Pending, Store
+from txmq.store.flush import Pending
+from txmq.store.store import Store
 from txmq.txn import records
 from txmq.txn.book import Due, Txn, TxnBook, Wait
 from txmq.txn.ids import new_transaction_id

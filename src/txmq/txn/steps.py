@@ -1,6 +1,6 @@
 """Steps: an operation that waits for the store's fsync, written once for threads and loops.
 
-A ``Steps[T]`` is a generator that yields each ``store.Pending`` write it must wait for and
+A ``Steps[T]`` is a generator that yields each ``flush.Pending`` write it must wait for and
 returns its result. It reads the write's outcome itself after the yield
 (``store.durable(pending)``), so a failed fsync raises inside it, where its own cleanup runs.
 ``run_blocking`` drives one in a thread (waiting on the write's group); the broker's event loop
@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from typing import TypeVar
 
 from txmq.errors import TransactionError
-from txmq.store.store import Pending
+from txmq.store.flush import Pending
 
 T = TypeVar("T")
 Steps = Generator[Pending, None, T]
