@@ -51,6 +51,7 @@ COMPILED: Final = (
     "txmq/txn/steps.py",
     "txmq/txn/values.py",
     "txmq/txn/views.py",
+    "txmq/broker/calls.py",  # the handler lookup and deserializer gRPC calls (not inspects)
     "txmq/broker/delivery.py",
     "txmq/broker/durable.py",
     "txmq/broker/filter.py",

@@ -263,7 +263,7 @@ def test_concurrent_calls_on_one_channel_each_read_their_own_client_id(
     broker: BrokerProcess, stub: Any
 ) -> None:
     """The broker reads a call's metadata from the tuple gRPC built for its handler lookup
-    (decode.call_metadata): calls in flight together on one connection, with and without a
+    (calls.call_metadata): calls in flight together on one connection, with and without a
     client id, each answer by their own headers."""
     calls = [
         stub.Heartbeat.future(

@@ -33,8 +33,8 @@ from txmq.broker.auth import (
     drop_unpublishable,
     need_admin,
 )
+from txmq.broker.calls import call_metadata, keep_metadata
 from txmq.broker.data import SERVICE as DATA_SERVICE
-from txmq.broker.decode import call_metadata, keep_metadata
 from txmq.errors import ForbiddenError, TxmqError, UnauthorizedError, invariant
 from txmq.protocol import channels, mapping
 

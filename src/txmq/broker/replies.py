@@ -8,7 +8,7 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from txmq import errors, limits
-from txmq.broker.decode import call_metadata
+from txmq.broker.calls import call_metadata
 from txmq.errors import IllegalFilterExpressionError, IllegalInvisibleTimeError, TxmqError
 from txmq.protocol import mapping
 
