@@ -138,6 +138,31 @@ def test_a_leader_keeps_its_lease_while_its_event_loop_is_held_up(
     asyncio.run(main())
 
 
+def test_a_leader_whose_loop_stalls_past_its_bound_lets_its_lease_lapse(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    """The keepalive thread renews only while the loop still steps (keepalive.py,
+    LOOP_STALL_MAX_MS): a loop hung for longer (here a bound of 1.5 s, the loop held up for a
+    lease and a second) serves no one, so the lease lapses and another replica may lead."""
+
+    async def main() -> None:
+        group = _group()
+        r0 = Leadership(Etcd(etcd_endpoint), "t", group, "r0", "h:1", loop_stall_max_ms=1_500)
+        t0 = asyncio.create_task(r0.run())
+        await _until(r0.leads, 10)
+        renewals = r0.renewal.renewals
+        held_up = time.monotonic() + TTL / 1000 + 1
+        while time.monotonic() < held_up:
+            pass  # a hung loop: no election step runs
+        assert not r0.leads(), "the lease was renewed for a loop that had stalled"
+        assert r0.renewal.stalled and r0.renewal.renewals - renewals <= 1
+        t0.cancel()
+        await asyncio.gather(t0, return_exceptions=True)
+        await r0.resign()
+
+    asyncio.run(main())
+
+
 def test_an_unreachable_etcd_is_one_coordination_error() -> None:
     with pytest.raises(CoordinationError, match=r"etcd at 127\.0\.0\.1:1: kv/range failed"):
         Etcd("127.0.0.1:1").get("/k")

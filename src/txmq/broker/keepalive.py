@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # After a keepalive that failed (etcd did not answer in ETCD_CALL_TIMEOUT_MS, or refused), the
 # next try: several fit in what the lease has left, and a dead etcd is not called in a loop.
 RETRY_MS: Final = 200
+# The thread renews only while the event loop still runs: a leader whose loop made no election
+# step for longer than this (a hung callback, a deadlock: it serves no one) lets its lease lapse,
+# so another replica leads, as if it had died. A loop held up for less keeps its lease.
+LOOP_STALL_MAX_MS: Final = 10_000
 
 
 class LeaseRenewal:
@@ -42,12 +46,17 @@ class LeaseRenewal:
         lock: threading.Lock,
         clock: Callable[[], int],
         lost: Callable[[], None],
+        stepped: Callable[[], int],
+        stall_max_ms: int = LOOP_STALL_MAX_MS,
     ) -> None:
         self.etcd = etcd
         self.election = election
         self.lock = lock  # held around every call into ``election``
         self.clock = clock
         self.lost = lost  # called (from this thread) when etcd says the lease is gone
+        self.stepped = stepped  # when the loop last made an election step (``clock`` time)
+        self.stall_max_ms = stall_max_ms
+        self.stalled = False  # renewals withheld because the loop stalled (said once)
         self.renewals = 0  # keepalives answered with a TTL
         self._wake = threading.Event()
         self._stopping = False
@@ -89,6 +98,8 @@ class LeaseRenewal:
             if lease is None:
                 leads = self.election.leads(now)
                 return self._until_due(now) if leads else limits.REPLICA_KEEPALIVE_PERIOD_MS
+            if self._loop_stalled(now):
+                return RETRY_MS
         sent = self.clock()  # before the request leaves: the lease runs from no later
         try:
             ttl = self.etcd.keepalive(lease)
@@ -105,6 +116,18 @@ class LeaseRenewal:
             return limits.REPLICA_KEEPALIVE_PERIOD_MS
         self.renewals += 1
         return due
+
+    def _loop_stalled(self, now: int) -> bool:
+        """The loop made no election step for over ``stall_max_ms`` (said once per stall)."""
+        idle = now - self.stepped()
+        stalled = idle > self.stall_max_ms
+        if stalled and not self.stalled:
+            log.error(
+                "the event loop made no step for %d ms (over %d): this replica's lease is no"
+                " longer renewed, so another replica leads", idle, self.stall_max_ms,
+            )  # fmt: skip
+        self.stalled = stalled
+        return stalled
 
     def _until_due(self, now: int) -> int:
         return max(1, self.election.renewal_at() - now)

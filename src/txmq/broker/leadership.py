@@ -25,7 +25,7 @@ from typing import Protocol
 from txmq import limits
 from txmq.broker.election import Confirmed, Election, Leader, Member, Step, sort_key
 from txmq.broker.etcd import Etcd, KeyValue
-from txmq.broker.keepalive import LeaseRenewal
+from txmq.broker.keepalive import LOOP_STALL_MAX_MS, LeaseRenewal
 from txmq.errors import CoordinationError, RemoteProtocolError, invariant
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,7 @@ class Leadership:
         clock: Callable[[], int] = monotonic_ms,
         ttl_ms: int = limits.REPLICA_LEASE_TTL_MS,
         incarnation: str | None = None,
+        loop_stall_max_ms: int = LOOP_STALL_MAX_MS,
     ) -> None:
         self.etcd = etcd
         self.key = leader_key(cluster, group)
@@ -153,7 +154,11 @@ class Leadership:
         # Held around every call into ``election``: the keepalive thread renews the lease
         # (keepalive.py) while the loop steps and reads it.
         self.lock = threading.Lock()
-        self.renewal = LeaseRenewal(etcd, self.election, self.lock, clock, self._lost)
+        self.stepped_ms = clock()  # when ``step`` last ran (the keepalive thread asks)
+        self.renewal = LeaseRenewal(
+            etcd, self.election, self.lock, clock, self._lost, lambda: self.stepped_ms,
+            loop_stall_max_ms,
+        )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None  # the one ``run`` runs on
         # Was this replica in sync with the last leader it fetched from (follower.py)? Asked
         # only where no in-sync set is stored (Election.may_campaign).
@@ -189,7 +194,7 @@ class Leadership:
         e = self.election
         eligible = await self._holds_confirmed() and e.may_campaign(self.eligible())
         with self.lock:
-            now = self.clock()
+            now = self.stepped_ms = self.clock()
             held = e.lease_id is not None and e.leader is not None and e.leader.name == e.me
             step = e.next_step(now, eligible=eligible)
             before = e.leader
