@@ -15,7 +15,9 @@ import asyncio
 import json
 import socket
 import struct
+import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ import grpc
 import pytest
 
 from txmq import limits
-from txmq.broker.leader_link import LeaderLink
-from txmq.broker.replica_wire import WireLink, serve_wire
+from txmq.broker.leader_link import ROUND_TIMEOUT_S, LeaderLink
+from txmq.broker.replica_wire import CONNECT_TIMEOUT_S, WireLink, serve_wire
 from txmq.broker.replication import SERVICE
 from txmq.protocol import channels
 from txmq.protocol.client_security import PLAINTEXT
@@ -99,11 +101,37 @@ def _closed_port() -> int:
         return port
 
 
-@pytest.mark.parametrize("wire_up", [True, False])
-def test_a_follower_fetches_on_the_wire_the_status_names(wire_up: bool) -> None:
+def _silent_port(stack: ExitStack) -> int:
+    """A port whose connects hang, as behind a firewall that drops them: a listener that never
+    accepts, its accept queue (backlog 0) filled by one connection, so the kernel drops SYNs."""
+    server = stack.enter_context(socket.socket())
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port: int = server.getsockname()[1]
+    stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=2))
+    return port
+
+
+def test_a_connect_that_hangs_ends_within_the_connect_timeout() -> None:
+    async def main() -> float:
+        with ExitStack() as stack:
+            link = WireLink("127.0.0.1", _silent_port(stack))
+            start = time.monotonic()
+            with pytest.raises(ConnectionError, match="no connection"):
+                await link.round(b"x")
+            return time.monotonic() - start
+
+    took = asyncio.run(main())
+    assert CONNECT_TIMEOUT_S <= took < ROUND_TIMEOUT_S, "the connect's bound, not the round's"
+
+
+@pytest.mark.parametrize("wire", ["up", "refused", "silent"])
+def test_a_follower_fetches_on_the_wire_the_status_names(wire: str) -> None:
     """A stand-in leader (grpc.aio: Status and Follow) whose Status names a wire port: the
-    rounds go on the wire; when nothing listens there, on the Follow stream."""
+    rounds go on the wire; when nothing listens there, or connects hang, on the Follow stream
+    (one connect timeout, then not tried again for that leader)."""
     streamed: list[bytes] = []
+    stack = ExitStack()
 
     async def follow(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         async for body in requests:
@@ -112,7 +140,7 @@ def test_a_follower_fetches_on_the_wire_the_status_names(wire_up: bool) -> None:
 
     async def main() -> tuple[list[bytes | None], str]:
         task, ports = await _wire()
-        port = ports[0] if wire_up else _closed_port()
+        port = {"up": ports[0], "refused": _closed_port(), "silent": _silent_port(stack)}[wire]
 
         async def status_of(body: bytes, context: Any) -> bytes:
             return channels.frame({"ok": True, "wire_port": port})
@@ -134,9 +162,14 @@ def test_a_follower_fetches_on_the_wire_the_status_names(wire_up: bool) -> None:
             task.cancel()
             await server.stop(0)
 
-    got, transport = asyncio.run(main())
+    with stack:
+        start = time.monotonic()
+        got, transport = asyncio.run(main())
+        took = time.monotonic() - start
     bodies = [json.dumps({"n": n}).encode() for n in range(3)]
-    if wire_up:
+    if wire == "silent":
+        assert took < 3 * CONNECT_TIMEOUT_S, "one connect timeout, not one per round"
+    if wire == "up":
         assert got == [b"re " + b for b in bodies] and transport == "wire"
         assert streamed == []
     else:
