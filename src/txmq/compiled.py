@@ -52,6 +52,8 @@ COMPILED: Final = (
     "txmq/txn/values.py",
     "txmq/txn/views.py",
     "txmq/broker/calls.py",  # the handler lookup and deserializer gRPC calls (not inspects)
+    "txmq/broker/clock.py",
+    "txmq/broker/clients.py",  # note_publisher per transaction
     "txmq/broker/delivery.py",
     "txmq/broker/durable.py",
     "txmq/broker/filter.py",
@@ -62,6 +64,7 @@ COMPILED: Final = (
     "txmq/broker/produce_rpcs.py",  # coroutines that decode.py's Python wrapper awaits
     "txmq/broker/receipt.py",
     "txmq/broker/replies.py",
+    "txmq/broker/topics.py",  # ensure, settled: three calls per transaction
     "txmq/broker/waiters.py",
 )
 

@@ -125,9 +125,10 @@ def test_a_garbled_topic_registry_stops_the_start_in_one_line(tmp_path: Path) ->
     assert "Traceback" not in r.stderr
 
 
-def test_the_number_of_topics_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(limits, "TOPICS_MAX", 3)
-    reg = TopicRegistry(tmp_path / "topics.json", OsDisk(), auto_create=True, default_queues=1)
+def test_the_number_of_topics_is_bounded(tmp_path: Path) -> None:
+    reg = TopicRegistry(
+        tmp_path / "topics.json", OsDisk(), auto_create=True, default_queues=1, topics_max=3
+    )
     for name in ("a", "b", "c"):
         reg.ensure(name)
     with pytest.raises(errors.TooManyRequestsError):

@@ -19,7 +19,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ from txmq.broker.flow import ByteBudget
 from txmq.broker.membership import Membership
 from txmq.broker.metrics import Metrics
 from txmq.broker.offsets import ConsumerPositions, Delivery
-from txmq.broker.replies import fail, invisible_ms
+from txmq.broker.replies import Handout, fail, invisible_ms
 from txmq.broker.topics import TopicRegistry
 from txmq.broker.waiters import wait, wake
 from txmq.errors import BadRequestError, IllegalFilterExpressionError, IllegalOffsetError
@@ -55,6 +55,7 @@ log = logging.getLogger("txmq.broker.consume")
 T = TypeVar("T")
 # Long polls also wake this often, because expired leases become due without any append.
 REDELIVERY_POLL_S = 0.5
+_OK = mapping.status()  # replies copy it (CopyFrom); nothing changes it
 SWEEP_PERIOD_S = 1.0
 
 
@@ -250,71 +251,43 @@ class ConsumeRpcs:
                 status=mapping.status(errors.CODE_MESSAGE_NOT_FOUND, "no new message")
             )
             return
-        replies = self._deliver(got, invisible, info.message_type)
+        # The replies, built by a compiled iterator that gives each record's bytes back to the
+        # budget once gRPC has taken its message (replies.Handout).
+        replies = Handout(
+            got, invisible, info.message_type, self.budget, self.metrics, self.now_ms()
+        )
+        del got
         try:
-            async for reply in replies:
+            for reply in replies:
                 yield reply
         finally:
-            await replies.aclose()  # now, not at garbage collection: it gives budget back
-
-    async def _deliver(
-        self, got: list[Delivery], invisible: int, message_type: MessageType
-    ) -> AsyncGenerator[Any, None]:
-        """The status, the delivery timestamp, then each message. Each record's bytes count
-        against the flow-control budget until gRPC has taken its message (the ``yield``
-        returns: gRPC writes wait for the client's HTTP/2 window), and the record is dropped
-        as soon as its protobuf exists, so a reader that stalls pins at most what is left of
-        its own batch (broker/flow.py)."""
-        held = sum(d.record.size for d in got)
-        self.budget.take(held)
-        try:
-            yield sv.ReceiveMessageResponse(status=mapping.status())
-            stamp = sv.ReceiveMessageResponse()
-            mapping.set_timestamp(stamp.delivery_timestamp, self.now_ms())
-            yield stamp
-            self.metrics.receives.inc(len(got))
-            got.reverse()  # pop() from the end hands them out in order
-            while got:
-                d = got.pop()
-                size = d.record.size
-                msg = mapping.message_from_record(
-                    d.record,
-                    receipt_handle=d.receipt_handle,
-                    delivery_attempt=d.attempt,
-                    invisible_ms=invisible,
-                    message_type=message_type,
-                )
-                del d
-                yield sv.ReceiveMessageResponse(message=msg)
-                del msg
-                held -= size
-                self.budget.give(size)
-        finally:
-            self.budget.give(held)
+            replies.close()  # now, not at garbage collection: it gives budget back
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
         if len(request.entries) > limits.ACK_ENTRIES_MAX:
             too_many = BadRequestError(f"at most {limits.ACK_ENTRIES_MAX} entries per AckMessage")
             return sv.AckMessageResponse(status=fail(too_many))
-        ok = top = mapping.status()  # messages copy a status given to them: one serves all
-        results = []
+        # Filled in place (entries.add, statuses copied from one OK), not built from keyword
+        # arguments, which copy every entry once more (issue 17).
+        reply = sv.AckMessageResponse()
+        top = None
+        group = request.group.name
         for e in request.entries:
+            entry = reply.entries.add()
+            entry.message_id = e.message_id
+            entry.receipt_handle = e.receipt_handle
             try:
                 # In memory only (a receipt check and the delivery book), so it runs on the
                 # loop: an executor round trip costs more CPU than the ack itself.
-                self.positions.ack(request.group.name, e.receipt_handle)
-                st = ok
+                self.positions.ack(group, e.receipt_handle)
+                entry.status.CopyFrom(_OK)
                 self.metrics.acks.inc()
             except Exception as exc:
-                st = fail(exc)
-                if top.code == errors.CODE_OK:
-                    top = st
-            results.append(
-                sv.AckMessageResultEntry(
-                    message_id=e.message_id, receipt_handle=e.receipt_handle, status=st
-                )
-            )
-        return sv.AckMessageResponse(status=top, entries=results)
+                entry.status.CopyFrom(fail(exc))
+                if top is None:
+                    top = entry.status
+        reply.status.CopyFrom(_OK if top is None else top)
+        return reply
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         try:

@@ -64,10 +64,20 @@ _waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = (
 )
 
 
+# The last loop's: a broker runs one loop, and ``WeakKeyDictionary.get`` is a Python call
+# (twice per transaction; issue 17). It keeps that one loop alive until another loop drives.
+_last: _Waiters | None = None
+
+
 def _waiters_of(loop: asyncio.AbstractEventLoop) -> _Waiters:
+    global _last
+    last = _last
+    if last is not None and last.loop is loop:
+        return last
     waiters = _waiters.get(loop)
     if waiters is None:
         waiters = _waiters[loop] = _Waiters(loop)
+    _last = waiters
     return waiters
 
 

@@ -24,6 +24,9 @@ class ByteBudget:
         self.total_max = total_max
         self.held = 0
         self._freed = asyncio.Event()
+        # Receives waiting in ``room``: ``give`` sets the event only for them (an Event.set is
+        # a Python call, and a receive gives back once per message; issue 17).
+        self._waiting = 0
 
     async def room(self, timeout_s: float) -> int:
         """Bytes a new batch may take (at most RECEIVE_STREAM_BYTES_MAX): waits up to
@@ -34,10 +37,13 @@ class ByteBudget:
             if left <= 0:
                 return 0
             self._freed.clear()
+            self._waiting += 1
             try:
                 await asyncio.wait_for(self._freed.wait(), left)
             except TimeoutError:
                 return 0
+            finally:
+                self._waiting -= 1
         return min(limits.RECEIVE_STREAM_BYTES_MAX, self.total_max - self.held)
 
     def take(self, nbytes: int) -> None:
@@ -47,4 +53,5 @@ class ByteBudget:
     def give(self, nbytes: int) -> None:
         invariant(0 <= nbytes <= self.held, "gave back more than was taken")
         self.held -= nbytes
-        self._freed.set()
+        if self._waiting:
+            self._freed.set()

@@ -1,9 +1,9 @@
 """The broker's parts, opened together from one data directory and closed in order.
 
 Owns: opening (store, topics, transactions, consumer positions, delay schedule, metrics,
-client sessions, the send path) and closing them so the store checkpoints last, and the
-broker's wall clock. Must not: speak gRPC (server.py), run loops (app.py), or implement any
-part's logic.
+client sessions, the send path) and closing them so the store checkpoints last; the
+broker's wall clock is clock.py's ``wall_ms`` (re-exported). Must not: speak gRPC (server.py),
+run loops (app.py), or implement any part's logic.
 
 Directory layout under ``data_dir``: ``broker.lock`` (held while running), ``store/`` (commit
 log, consume queues, index), ``topics.json``, ``delay.json``, the transaction snapshot and the
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from txmq.broker.clients import Clients
+from txmq.broker.clock import wall_ms as wall_ms
 from txmq.broker.config import BrokerConfig
 from txmq.broker.delay import DELAY_FILE, DelaySchedule
 from txmq.broker.lag import LagCollector, LagSource
@@ -32,11 +32,6 @@ from txmq.txn.coordinator import Resolver, Transactions
 from txmq.txn.ledger import LEDGER_TOPIC, SinkLedger
 
 LOCK_FILE = "broker.lock"
-
-
-def wall_ms() -> int:
-    """The broker's clock. Only the broker layer reads it; cores get it injected."""
-    return time.time_ns() // 1_000_000
 
 
 def lock_data_dir(data_dir: Path) -> int:

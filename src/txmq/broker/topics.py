@@ -70,6 +70,7 @@ class TopicRegistry:
         auto_create: bool,
         default_queues: int,
         implicit: frozenset[str] = frozenset(),
+        topics_max: int = limits.TOPICS_MAX,
     ) -> None:
         self.path = path
         self.disk = disk
@@ -77,6 +78,9 @@ class TopicRegistry:
         # Topics the broker itself needs: created on first use even when auto_create is off.
         self.implicit = implicit
         self.default_queues = default_queues
+        # A parameter, not read from limits at each create: compiled, the constant is folded
+        # into the code (docs/adr/0007), and a test bounds a registry to a few.
+        self.topics_max = topics_max
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
         # Auto-created topics no message was ever written to: an operator's explicit definition
@@ -191,8 +195,8 @@ class TopicRegistry:
                 if exist_ok:
                     return existing
                 raise BadRequestError(f"topic {name!r} already exists")
-            if len(self._topics) >= limits.TOPICS_MAX:
-                raise TooManyRequestsError(f"this broker already has {limits.TOPICS_MAX} topics")
+            if len(self._topics) >= self.topics_max:
+                raise TooManyRequestsError(f"this broker already has {self.topics_max} topics")
             info = TopicInfo(name, queue_count, message_type, accepts_all)
             self._topics[name] = info
             if accepts_all and unwritten:

@@ -255,9 +255,11 @@ def message_from_record(
     invisible_ms: int = 0,
     message_type: MessageType = MessageType.NORMAL,
     extra_props: Mapping[str, str] | None = None,
+    into: Any = None,
 ) -> Any:
-    """Build the wire Message a consumer (or a transaction checker) receives."""
-    msg = pb.Message()
+    """Build the wire Message a consumer (or a transaction checker) receives; ``into``: fill
+    this empty Message (a reply's field) instead of a new one, and return it."""
+    msg = pb.Message() if into is None else into
     msg.topic.name = topic or rec.topic
     user = {k: v for k, v in rec.properties.items() if not _INTERNAL(k)}
     if extra_props:
