@@ -126,6 +126,19 @@ def test_bench_instructions_reports_the_ratio(tmp_path: Path, compare: str) -> N
     assert f"instructions per transaction, {pair}, paired per round" in out, out
 
 
+@pytest.mark.slow
+def test_bench_inprocess_reports_each_tree(tmp_path: Path) -> None:
+    """Slow (~1 min: a broker's handlers under valgrind): `make test-slow` runs it."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (Debian package valgrind)")
+    src = str(ROOT / "src")
+    args = ("--src", src, "--src", src, "--rounds", "1", "--count", "3", "--warmup", "1")
+    out = run_bench("bench_inprocess.py", *args, tmp=tmp_path)
+    assert out.count("M instructions per transaction") == 2, out
+
+
 def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
     from tests.integration.etcd_fixtures import ensure_etcd
 
