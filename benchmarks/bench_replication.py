@@ -9,7 +9,7 @@ on a shared machine even when absolute figures do not. etcd (Debian's etcd-serve
 for the run in a temporary directory. The official Python client dials a group's route (both
 replicas) as one gRPC target with the addresses sorted, and gRPC's pick_first stays on the
 first that accepts (ADR 0006): the group is started with r0 on the lower port and leading
-before r1 starts (``txmq cluster up`` starts both at once), so the client talks to the leader.
+before r1 starts (as ``txmq cluster up`` does), so the client talks to the leader.
 Before
 (2026-11-27), ports were the kernel's and a phase whose follower had the lower port, and whose
 leader had read r1's registration before the client's first route query, went through the

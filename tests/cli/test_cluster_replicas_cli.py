@@ -53,6 +53,11 @@ def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
         wait_until(settled, 30, "a leader with its follower in sync in each group")
         rows = _replicas(port)
         assert [r["name"] for r in rows] == [f"replica-{k}" for k in range(4)]
+        # Each group's first replica (lowest port, where the Python client connects) leads.
+        assert sorted(str(r["name"]) for r in rows if r["role"] == "leader") == [
+            "replica-0",
+            "replica-2",
+        ], rows
         for group in ("group-0", "group-1"):
             leader = next(r for r in rows if r["role"] == "leader" and r["group"] == group)
             follower = next(r for r in rows if r["role"] == "follower" and r["group"] == group)

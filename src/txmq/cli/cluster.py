@@ -36,6 +36,11 @@ CLUSTER_FILE_NAME = "cluster.toml"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 WATCH_PERIOD_S = 0.5
+# A group's first replica (its lowest port) is started, and given this long to lead, before the
+# others: the official Python client dials a group's addresses sorted and stays on the first
+# that accepts (ADR 0006), so a group led by its lowest address serves clients with no
+# forwarding hop. Only at start: after a failover whoever leads, leads.
+FIRST_LEADS_S = 10.0
 
 
 @click.group()
@@ -148,7 +153,8 @@ def up(
     cluster_path = data_dir / CLUSTER_FILE_NAME
     write(cluster_path, layout)
     try:
-        code = _run(layout.members, data_dir, cluster_path, host, extra)
+        first = frozenset(g.replicas[0].name for g in layout.groups) if replicas > 1 else None
+        code = _run(layout.members, data_dir, cluster_path, host, extra, first or frozenset())
     finally:
         if local is not None:
             local.terminate()
@@ -162,28 +168,51 @@ def _run(
     cluster_path: Path,
     host: str,
     extra: tuple[str, ...],
+    first: frozenset[str] = frozenset(),
 ) -> int:
-    """One process per member until a signal; the worst exit code of their clean stop."""
+    """One process per member until a signal; the worst exit code of their clean stop.
+    Members named in ``first`` start first, and have FIRST_LEADS_S to lead before the rest."""
     stop = _stop_on_signals()
     procs: dict[str, subprocess.Popen[str]] = {}
+    lines: dict[str, str] = {}
+    deadline = time.monotonic() + START_TIMEOUT_S
     try:
+        for batch in (
+            [m for m in members if m.name in first],
+            [m for m in members if m.name not in first],
+        ):
+            for m in batch:
+                procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, extra)
+            for m in batch:
+                lines[m.name] = _listening(procs[m.name], m.name, data_dir, deadline)
+            if batch and batch[0].name in first:
+                _until_they_lead(batch)
         for m in members:
-            procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, extra)
-        _announce(procs, data_dir)
+            click.echo(lines[m.name])
+        sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
         _watch(procs, stop)
     finally:
         code = _stop_all(procs)
     return code
 
 
-def _announce(procs: dict[str, subprocess.Popen[str]], data_dir: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    for name, p in procs.items():
-        line = _first_line(p, deadline)
-        if "listening on" not in line:
-            raise TxmqError(f"broker {name} did not start (see {data_dir / name}.log)")
-        click.echo(line)
-        sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
+def _listening(proc: subprocess.Popen[str], name: str, data_dir: Path, deadline: float) -> str:
+    line = _first_line(proc, deadline)
+    if "listening on" not in line:
+        raise TxmqError(f"broker {name} did not start (see {data_dir / name}.log)")
+    return line
+
+
+def _until_they_lead(members: list[Member]) -> None:
+    """Until each of ``members`` leads its group, for at most FIRST_LEADS_S; one that does not
+    answer its status (a secured replica refuses this unsigned call) is not waited for."""
+    deadline = time.monotonic() + FIRST_LEADS_S
+    waiting = list(members)
+    while waiting and time.monotonic() < deadline:
+        docs = [(m, cluster_replicas.replica_status(m.endpoint)) for m in waiting]
+        waiting = [m for m, doc in docs if doc is not None and doc.get("role") != "leader"]
+        if waiting:
+            time.sleep(WATCH_PERIOD_S / 5)  # sleep: polling a child's status, no event to wait on
 
 
 def _watch(procs: dict[str, subprocess.Popen[str]], stop: dict[str, bool]) -> None:
