@@ -127,14 +127,18 @@ class Election:
         A key that names us under another lease is an earlier process's of this replica
         (killed, restarted within the TTL): etcd deletes it when that lease expires, which our
         keepalives do not put off, so it is not ours to lead with."""
-        return (
-            self.leader is not None and self._holds(self.leader) and now_ms < self.lease_deadline_ms
-        )
+        return self.holds_key() and now_ms < self.lease_deadline_ms
 
-    def _holds(self, leader: Leader) -> bool:
-        """``leader`` is this replica's key under the lease it holds now."""
-        lease = self.lease_id
-        return leader.name == self.me and lease is not None and leader.lease == lease
+    def holds_key(self) -> bool:
+        """The leader key as last observed is this replica's, under the lease it holds now
+        (whether or not that lease has lapsed by our clock: ``leads`` asks that too)."""
+        leader, lease = self.leader, self.lease_id
+        return (
+            leader is not None
+            and leader.name == self.me
+            and lease is not None
+            and leader.lease == lease
+        )
 
     def may_acknowledge(self, now_ms: int) -> bool:
         """A write may be acknowledged as this group's now: we lead by ``leads``."""
@@ -212,8 +216,7 @@ class Election:
                 leader.epoch >= self.leader.epoch or self.leader.name == self.me,
                 f"epochs only grow: saw {leader.epoch} after {self.leader.epoch}",
             )
-        ours = self.leader is not None and self._holds(self.leader)
-        if ours and leader != self.leader:
+        if self.holds_key() and leader != self.leader:
             self._lapse()  # our key is gone or someone else's: etcd expired our lease
         self.leader = leader
         self.observed_ms = now_ms

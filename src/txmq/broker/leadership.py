@@ -195,7 +195,7 @@ class Leadership:
         eligible = await self._holds_confirmed() and e.may_campaign(self.eligible())
         with self.lock:
             now = self.stepped_ms = self.clock()
-            held = e.lease_id is not None and e.leader is not None and e.leader.name == e.me
+            held = e.holds_key()
             step = e.next_step(now, eligible=eligible)
             before = e.leader
             lapsed = held and e.lease_id is None
