@@ -153,8 +153,8 @@ def up(
     cluster_path = data_dir / CLUSTER_FILE_NAME
     write(cluster_path, layout)
     try:
-        first = frozenset(g.replicas[0].name for g in layout.groups) if replicas > 1 else None
-        code = _run(layout.members, data_dir, cluster_path, host, extra, first or frozenset())
+        first = frozenset(g.replicas[0].name for g in layout.groups if replicas > 1)
+        code = _run(layout.members, data_dir, cluster_path, host, extra, first)
     finally:
         if local is not None:
             local.terminate()
@@ -177,19 +177,18 @@ def _run(
     lines: dict[str, str] = {}
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
-        for batch in (
-            [m for m in members if m.name in first],
-            [m for m in members if m.name not in first],
-        ):
-            for m in batch:
-                procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, extra)
-            for m in batch:
-                lines[m.name] = _listening(procs[m.name], m.name, data_dir, deadline)
-            if batch and batch[0].name in first:
-                _until_they_lead(batch)
+        leading = [m for m in members if m.name in first]
+        for m in leading:
+            procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, extra)
+        for m in leading:
+            lines[m.name] = _listening(procs[m.name], m.name, data_dir, deadline)
+        _until_they_lead(leading)
         for m in members:
-            click.echo(lines[m.name])
-        sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
+            if m.name not in procs:
+                procs[m.name] = _start(m, data_dir / m.name, cluster_path, host, extra)
+        for m in members:
+            click.echo(lines.get(m.name) or _listening(procs[m.name], m.name, data_dir, deadline))
+            sys.stdout.flush()  # a supervisor reading our stdout learns each port at once
         _watch(procs, stop)
     finally:
         code = _stop_all(procs)
