@@ -24,7 +24,8 @@ import json
 import logging
 import math
 import time
-from typing import Any, Final
+from collections.abc import Awaitable
+from typing import Any, Final, TypeVar
 
 import grpc
 
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 ROUND_TIMEOUT_S = limits.REPLICA_ACK_TIMEOUT_MS / 1000
 _ASK: Final = object()  # a leader's wire port not asked for yet
 WIRE_ASK_AGAIN_S: Final = 5.0
+T = TypeVar("T")
 
 
 class LeaderLink:
@@ -118,14 +120,12 @@ class LeaderLink:
         self._wire, self._ask_at = None, time.monotonic() + WIRE_ASK_AGAIN_S
         call = self._open(endpoint).unary_unary(f"/{SERVICE}/Status")
         try:
-            self._abandoned = False
-            async with asyncio.timeout(ROUND_TIMEOUT_S) as self._bound:
-                reply = await call(b"{}", timeout=ROUND_TIMEOUT_S, metadata=self._metadata())
+            reply = await self._bounded(
+                call(b"{}", timeout=ROUND_TIMEOUT_S, metadata=self._metadata())
+            )
         except grpc.aio.AioRpcError as exc:  # the Follow round reports a leader gone
             log.info("Status of %s: %s; fetching on the Follow stream", endpoint, exc.code())
             return
-        finally:
-            self._bound = None
         try:
             port = channels.split(reply, "Status")[0].get("wire_port")
         except RemoteProtocolError as exc:
@@ -138,9 +138,7 @@ class LeaderLink:
         """One round on the wire; None (logged; after a pause unless the leader closed it) on
         failure, the wire then asked for again by the next round."""
         try:
-            self._abandoned = False
-            async with asyncio.timeout(ROUND_TIMEOUT_S) as self._bound:
-                reply = await wire.round(body)
+            reply = await self._bounded(wire.round(body))
         except TimeoutError:
             self._drop_wire()
             await self._timed_out("wire round", endpoint)
@@ -153,8 +151,6 @@ class LeaderLink:
             wire.close()
             self._wire, self._ask_at = None, math.inf
             return await self._stream_fetch(endpoint, body)
-        finally:
-            self._bound = None
         if reply is None:  # the leader closed it (after a refusal, or it stopped leading)
             self._drop_wire()
         return reply
@@ -222,19 +218,27 @@ class LeaderLink:
         try:
             # Our own bound, not the call's cancel: a write to a leader that never answered
             # the stream's start (SIGSTOP) does not return when the call is cancelled.
-            self._abandoned = False
-            async with asyncio.timeout(ROUND_TIMEOUT_S) as self._bound:
-                await stream.write(body)
-                reply = await stream.read()
+            reply = await self._bounded(_exchange(stream, body))
         except BaseException:
             self._drop_stream()  # a round cut short: its reply must not answer the next one
             raise
-        finally:
-            self._bound = None
         if reply is grpc.aio.EOF:  # the leader ended the stream (it refused a round before)
             self._drop_stream()
             return None
         return bytes(reply)
+
+    async def _bounded(self, work: Awaitable[T]) -> T:
+        """``work`` within a round's bound (ROUND_TIMEOUT_S), which ``abandon`` ends early.
+
+        Raises:
+            TimeoutError: the bound passed, or the round was abandoned (``_abandoned``).
+        """
+        self._abandoned = False
+        try:
+            async with asyncio.timeout(ROUND_TIMEOUT_S) as self._bound:
+                return await work
+        finally:
+            self._bound = None
 
     async def _timed_out(self, method: str, endpoint: str) -> None:
         if self._abandoned:
@@ -250,3 +254,9 @@ class LeaderLink:
             # during which this follower stays eligible by its last successful fetch).
             self.close()
         await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+
+
+async def _exchange(stream: Any, body: bytes) -> Any:
+    """One Follow round: write the request, read the reply (grpc.aio.EOF: the leader ended)."""
+    await stream.write(body)
+    return await stream.read()
