@@ -54,6 +54,7 @@ from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, Struct
 
 from txmq import errors, limits
 from txmq.spark import options as opt
+from txmq.spark.backoff import Backoff
 from txmq.spark.client import BrokerClient, SentHalf
 from txmq.spark.client import build_message as _message
 from txmq.spark.members import Brokers, SinkCluster, Spread
@@ -300,22 +301,20 @@ def _prepare(
     doubling pauses, for up to SINK_BUSY_RETRY_S_MAX. A bundle stored twice (an answer lost)
     is never listed in the ledger, so check-back rolls the stray copy back."""
     spread = to if isinstance(to, Spread) else Spread.single(to)
-    deadline = time.monotonic() + limits.SINK_BUSY_RETRY_S_MAX
-    pause = limits.SINK_BUSY_BACKOFF_S_MIN
-    # Bounded by the deadline: each turn sleeps at least SINK_BUSY_BACKOFF_S_MIN, except a
-    # turn that skips a failed member, at most one per member between two sleeps.
+    backoff = Backoff()
+    # Bounded by the deadline: each turn pauses at least SINK_BUSY_BACKOFF_S_MIN, except a
+    # turn that skips a failed member, at most one per member between two pauses.
     while True:
         broker = spread.next()
         try:
             return broker.prepare_bundle(topic, messages, tags)
         except errors.TxmqError as exc:
-            busy = exc.retriable or isinstance(exc, errors.BrokerUnavailableError)
-            if not busy or time.monotonic() + pause > deadline:
+            # Retriable: busy (back-pressure) or unreachable (BrokerUnavailableError).
+            if not exc.retriable or backoff.expired():
                 raise
             if spread.failed(broker.endpoints):
                 continue
-        time.sleep(pause)  # back-pressure: the broker said "later", without an event to wait on
-        pause = min(pause * 2, limits.SINK_BUSY_BACKOFF_S_MAX)
+        backoff.pause()
 
 
 def _sent(messages: Sequence[Any], query: str, batch: str) -> list[SentHalves]:
@@ -337,16 +336,14 @@ def _until_acknowledged(call: Callable[[], T]) -> T:
     (EndTransaction is idempotent on the broker, and a repeated one is acknowledged, as the
     first, only once the group holds it) and the ledger record (a second copy lists the same
     transactions: readers take the union)."""
-    deadline = time.monotonic() + limits.SINK_BUSY_RETRY_S_MAX
-    pause = limits.SINK_BUSY_BACKOFF_S_MIN
+    backoff = Backoff()
     while True:
         try:
             return call()
         except errors.TxmqError as exc:
-            if not exc.retriable or time.monotonic() + pause > deadline:
+            if not exc.retriable or backoff.expired():
                 raise
-        time.sleep(pause)  # the group catches up or elects: no event here to wait on
-        pause = min(pause * 2, limits.SINK_BUSY_BACKOFF_S_MAX)
+        backoff.pause()  # the group catches up or elects
 
 
 def _append_ledger(broker: BrokerClient, entry: LedgerEntry) -> None:
