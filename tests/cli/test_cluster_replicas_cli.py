@@ -84,6 +84,13 @@ def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
         table = ok("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
         assert "leader" in table and "follower" in table and "in sync" in table
         assert "group-1" in table
+        # Each group's first replica is its preferred one (broker/preferred.py), said by every
+        # replica of the group.
+        assert {(r["name"], r.get("preferred")) for r in _replicas(port)} == {
+            ("replica-0", "replica-0"), ("replica-1", "replica-0"),
+            ("replica-2", "replica-2"), ("replica-3", "replica-2"),
+        }  # fmt: skip
+        assert "preferred" in table, table
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)

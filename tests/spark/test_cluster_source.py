@@ -84,7 +84,7 @@ def test_reads_every_queue_of_every_replica_group_through_the_leaders(
     """Two groups of two replicas: the source, given one follower's endpoint, learns the
     cluster from it (ClusterInfo: each group at its leader) and reads one partition per queue
     of each group, committed messages only."""
-    leaders = groups.leaders()
+    leaders = groups.leaders(preferred=True)  # not one about to hand the lead back
     made = [produce(leaders["group-0"].endpoints, "gs", 20, seed, prefix="g0")]
     wait_until(lambda: "gs" in definitions(leaders["group-1"]), 15, "the topic on group-1")
     made.append(produce(leaders["group-1"].endpoints, "gs", 20, seed, prefix="g1"))

@@ -349,7 +349,7 @@ def test_two_groups_sink_and_reader_reach_each_groups_next_leader(groups: Groups
     through that group's new leader; then a read is planned (each partition at its group's
     leader) and the other group's leader is killed before the tasks run: they read from its
     new leader. Every row once."""
-    leaders = groups.leaders()
+    leaders = groups.leaders(preferred=True)  # not one about to hand the lead back
     call(groups.endpoints, "TopicCreate", {"name": TOPIC, "queues": 1, "type": "transaction"})
     # Not a route query before both leaders have the topic: a leader creates a topic it does
     # not know on a route query, with the default queue count.

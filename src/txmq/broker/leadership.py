@@ -26,6 +26,7 @@ from txmq import limits
 from txmq.broker.election import Confirmed, Election, Leader, Member, Step, sort_key
 from txmq.broker.etcd import Etcd, KeyValue
 from txmq.broker.keepalive import LOOP_STALL_MAX_MS, LeaseRenewal
+from txmq.broker.preferred import HandBack
 from txmq.errors import CoordinationError, RemoteProtocolError, invariant
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,8 @@ class Leadership:
         self.local: LocalLog | None = None
         self._checked = False  # a store of this process passed that check (or was renewed)
         self.renewed: str | None = None  # why this process renewed its incarnation, if it did
+        # The preferred-replica rule (preferred.py): none until replica_node names the group's.
+        self.handback = HandBack(me, None)
 
     @property
     def leader(self) -> Leader | None:
@@ -196,7 +199,12 @@ class Leadership:
         with self.lock:
             now = self.stepped_ms = self.clock()
             held = e.holds_key()
-            step = e.next_step(now, eligible=eligible)
+            leader, preferred = e.leader, self.handback.preferred
+            named = any(n == preferred for n, _ in e.insync or [])
+            deferred = not self.handback.may_campaign(
+                now, leader=leader.name if leader else None, preferred_stored=named
+            )
+            step = e.next_step(now, eligible=eligible and not deferred)
             before = e.leader
             lapsed = held and e.lease_id is None
         if lapsed:
@@ -353,6 +361,18 @@ class Leadership:
             self.election.kept_alive(self.clock(), 0, lease)
         if lease is not None:
             await asyncio.to_thread(self.etcd.revoke, lease)
+
+    async def hand_back(self) -> None:
+        """Resign for the group's preferred replica, which caught up (preferred.py): its
+        campaign wins while this replica holds its own back."""
+        hb = self.handback
+        log.info("handing the lead back to preferred replica %s (at %d)", hb.preferred, hb.mark)
+        hb.resigned(self.clock())
+        self.changed.set()  # the broker stops serving as leader at once
+        try:
+            await self.resign()
+        except CoordinationError as exc:  # our lease lapsed here already; etcd expires it
+            log.warning("lease not revoked (etcd deletes it within its TTL): %s", exc)
 
 
 class GroupLeaders:

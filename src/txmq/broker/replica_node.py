@@ -39,6 +39,7 @@ from txmq.broker.forward import Forwarder
 from txmq.broker.leadership import GroupLeaders, Leadership
 from txmq.broker.membership import SOLO_NAME, Membership
 from txmq.broker.parts import lock_data_dir, wall_ms
+from txmq.broker.preferred import HandBack, preferred_of
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, NotLeaderError
 from txmq.protocol.acl import Acl
@@ -51,6 +52,11 @@ _SHUTDOWN_GRACE_S = 1.0
 # A follower being promoted closes its port for as short a time as it can: what is in flight
 # there waits for a leader that is gone (forwarded calls) or is a stream the client reopens.
 _PROMOTION_GRACE_S = 0.1
+# How often a replica that handed the lead back looks whether its preferred replica answers.
+_HAND_BACK_LOOK_S = 0.05
+# ... and keeps its port closed this much longer once it does (gRPC's first reconnect backoff,
+# 1 s +-20 %, and the official client's own retry delay).
+_HAND_BACK_CLIENTS_S = 2.0
 _MESSAGE_SIZES = (
     ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
     ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -108,6 +114,8 @@ async def serve_replica(
     born = await asyncio.to_thread(incarnation, OsDisk(), config.data_dir / "store")
     log.info("replica %s of group %s, data directory incarnation %s", me.name, group, born)
     leadership = Leadership(etcd, keys, group, me.name, me.endpoint, incarnation=born)
+    # The group's first member leads whenever it is in sync (preferred.py, ADR 0005).
+    leadership.handback = HandBack(me.name, preferred_of(cluster.group_of(me)))
     leaders = GroupLeaders(etcd, keys, group, leadership)
     membership = Membership(cluster, me, now_ms=wall_ms, leader_of=leaders.leader_of)
     # Replicas the cluster file does not list (``--replica-group`` alone) are learnt from etcd.
@@ -205,9 +213,12 @@ async def _follow(
         follower.more_status = lambda: {
             "forwarded": forwarder.forwarded,
             "forwarding": forwarder.open_calls,
+            "preferred": leadership.handback.preferred,
         }
         watcher: asyncio.Task[None] | None = None
+        following = asyncio.create_task(follower.run(stop))
         try:
+            await _after_hand_back(leadership, follower, following, stop)
             server = _follower_server(config, follower, membership, forwarder, acl)
             port = _bind(server, config, config.port, credentials)
             await server.start()
@@ -215,19 +226,46 @@ async def _follow(
             done = asyncio.Event()
             watcher = asyncio.create_task(forwarder.watch(done))
             try:
-                await follower.run(stop)
+                await following
             finally:
                 done.set()
                 promoted = not stop.is_set()
                 await server.stop(grace=_PROMOTION_GRACE_S if promoted else _SHUTDOWN_GRACE_S)
                 log.info("follower's port closed%s", " to lead" if promoted else "")
         finally:
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
             if watcher is not None:
                 await asyncio.gather(watcher, return_exceptions=True)
             forwarder.close()
             follower.close()
     finally:
         os.close(lock_fd)
+
+
+async def _after_hand_back(
+    leadership: Leadership, follower: Follower, following: asyncio.Task[None], stop: asyncio.Event
+) -> None:
+    """Right after this replica handed the lead back to its preferred replica (preferred.py),
+    keep its port closed until the preferred one answered a fetch as leader (at most until the
+    hand-back's campaign hold ends), then for ``_HAND_BACK_CLIENTS_S`` more: a client whose
+    connection to this replica closed reconnects to the first of its sorted addresses that
+    accepts, and its attempt at the preferred one may have been refused while that replica
+    swapped its follower's port for its broker's (gRPC then waits ~1 s, +-20 %, before trying
+    that address again). Were this port open meanwhile, the client would settle here and every
+    call of it be forwarded (ADR 0006, "Cost")."""
+    until = leadership.handback.hold_until_ms
+    if leadership.clock() >= until:
+        return  # not right after a hand-back
+    while leadership.clock() < until and not follower.fetched_ms and not following.done():
+        with contextlib.suppress(TimeoutError):  # look again
+            await asyncio.wait_for(stop.wait(), _HAND_BACK_LOOK_S)
+    if follower.fetched_ms and not stop.is_set():
+        log.info(
+            "preferred replica leads: this replica's port opens in %.1f s", _HAND_BACK_CLIENTS_S
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), _HAND_BACK_CLIENTS_S)
 
 
 def forwarding_channel(endpoint: str, security: ClientSecurity) -> Any:

@@ -43,6 +43,7 @@ from txmq.broker.election import BELOW_CONFIRMED, Confirmed, InSync, Member, sor
 from txmq.broker.kept_end import KeptEnd
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import definition
+from txmq.broker.preferred import Phase, counts
 from txmq.broker.topics import TopicRegistry
 from txmq.broker.waiters import wait, wake
 from txmq.errors import (
@@ -128,6 +129,12 @@ class Replication:
         # The port of this leader's fetch rounds on plain TCP (replica_wire.py), None: none.
         self.wire_port: int | None = None
         self._confirmed_ms = leadership.clock()  # when a confirmed end was last stored
+        # The preferred-replica rule (preferred.py): fetches of ``preferred`` may start a
+        # hand-back; ``_resigning``: the lease's revocation under way.
+        self.handback = leadership.handback
+        self.handback.began_leading()
+        self.preferred = self.handback.preferred if self.handback.applies else None
+        self._resigning: asyncio.Task[None] | None = None
         if min_insync > 1:
             me = leadership.election.me
             stored = leadership.election.insync or []
@@ -212,14 +219,38 @@ class Replication:
             named = f"; the leader is {leader.name} at {leader.endpoint}" if leader else ""
             raise NotLeaderError(f"{self.leadership.election.me} does not lead its group{named}")
 
+    def _check_acknowledging(self) -> None:
+        """``_check_leading``, and not handing the lead back to the preferred replica."""
+        self._check_leading()
+        hb = self.handback
+        if hb.phase is not Phase.LEAD and not hb.may_acknowledge(self.leadership.clock()):
+            raise NotLeaderError(
+                f"{self.leadership.election.me} hands the lead of its group back to its"
+                f" preferred replica {hb.preferred}: try again"
+            )
+
+    def _preferred_fetched(self, offset: int, now_ms: int) -> None:
+        """The preferred replica fetched from ``offset``: hand the lead back to it once it is
+        in sync and holds everything this leader acknowledged (preferred.py)."""
+        phase = self.handback.fetched(
+            now_ms,
+            offset=offset,
+            leader_end=written_out_end(self.store),
+            durable_end=durable_end(self.store),
+            in_sync=counts(self.insync, str(self.preferred), now_ms),
+        )
+        if phase is Phase.RESIGN and self._resigning is None:
+            self._resigning = asyncio.get_running_loop().create_task(self.leadership.hand_back())
+
     async def acknowledge(self) -> None:
         """Return once every write made so far may be acknowledged; raise otherwise.
 
         Raises:
-            NotLeaderError: this replica does not lead (by its own clock, ADR 0005).
+            NotLeaderError: this replica does not lead (by its own clock, ADR 0005), or hands
+                the lead back to its preferred replica (preferred.py).
             ReplicationTimeoutError: fewer than min_insync replicas had it in time.
         """
-        self._check_leading()
+        self._check_acknowledging()
         end = durable_end(self.store)
         self._wake_fetchers()
         deadline = time.monotonic() + limits.REPLICA_ACK_TIMEOUT_MS / 1000
@@ -242,7 +273,7 @@ class Replication:
             # A fetch resolves ``done`` (_wake_acks); else look again after the recheck period:
             # a follower may have left the in-sync set meanwhile.
             await wait(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
-        self._check_leading()  # a lease that lapsed while we waited: not acknowledged
+        self._check_acknowledging()  # a lease that lapsed while we waited: not acknowledged
         if self.min_insync > 1:
             self.leadership.committed = max(self.leadership.committed, end)
             self.insync.acked = max(self.insync.acked, end)
@@ -279,6 +310,8 @@ class Replication:
                 name, incarnation,
             )  # fmt: skip
         self._store_set(now)
+        if name == self.preferred:
+            self._preferred_fetched(start, now)
         if self.hold is not None:
             # Every held record is durable here already, so only the followers bound it.
             up_to = self.insync.followers_end(self.min_insync, now)
@@ -371,6 +404,8 @@ class Replication:
             "held_records": self.hold.held if self.hold is not None else 0,
             "renewed": self.leadership.renewed,
             "wire_port": self.wire_port,
+            "preferred": self.handback.preferred,
+            "hand_back": self.handback.phase.value,
         }
 
     def _in_sync(self, now_ms: int) -> list[str]:

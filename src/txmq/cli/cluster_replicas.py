@@ -113,7 +113,7 @@ def replica_rows(endpoints: list[str]) -> list[dict[str, Any]] | None:
 def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     cols = [
         "group", "replica", "endpoint", "up", "role", "leader", "epoch", "end", "in sync",
-        "lag bytes",
+        "lag bytes", "preferred",
     ]  # fmt: skip
     out = []
     for r in rows:
@@ -127,9 +127,19 @@ def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
                 "up" if r["up"] else "DOWN",
                 r.get("role", "-"), r.get("leader", "-"), r.get("epoch", "-"), r.get("end", "-"),
                 ", ".join(in_sync) if isinstance(in_sync, list) else "-", lag,
+                _preferred(r),
             ]
         )  # fmt: skip
     return cols, out
+
+
+def _preferred(row: dict[str, Any]) -> str:
+    """ "yes" for the group's preferred replica (preferred.py: the first member as the cluster
+    file lists them), "no" for its others, "-" where unknown (down, or a group without one)."""
+    preferred = row.get("preferred")
+    if not preferred:
+        return "-"
+    return "yes" if preferred == row.get("name") else "no"
 
 
 def unclean_election(etcd_endpoint: str, replica: str, tls: EtcdTls | None = None) -> str:
