@@ -195,11 +195,9 @@ def test_two_groups_spread_fail_over_and_lose_nothing(groups: Groups) -> None:
     # comes back with an empty data directory (a lost machine) and copies the new leader's log.
     shutil.rmtree(old.data_dir)
     old.start()
-    wait_until(
-        lambda: len(status(new["group-0"].endpoints).get("in_sync", [])) == 2, 20, "2 in sync"
-    )
-    # In sync again, the old leader (group-0's first replica) takes the lead back.
+    # In sync again, the old leader (group-0's first replica) takes the lead back (ADR 0005).
     assert groups.leaders(preferred=True)["group-0"] is old
+    wait_until(lambda: len(status(old.endpoints).get("in_sync", [])) == 2, 20, "2 in sync")
 
     after = [f"c{i}".encode() for i in range(8)]
     assert brokers_of(_send(groups.endpoints, "orders", after)) == {"group-0", "group-1"}

@@ -129,12 +129,20 @@ def test_a_replica_defers_its_campaign_for_a_live_preferred_one_but_not_for_a_de
     assert hb.may_campaign(10, leader=None, preferred_stored=False)
 
 
-def test_counts_the_stored_set_by_incarnation_else_the_lag_rule() -> None:
+def test_counts_the_set_etcd_holds_by_incarnation_else_the_lag_rule() -> None:
     s = InSync(["r0"], now_ms=0, lag_max_ms=100)
-    assert counts(s, "r0", 50)  # no stored set: a new leader's followers count for lag_max
-    assert not counts(s, "r0", 500)
+    assert counts(s, None, "r0", 50)  # no set stored: a new leader's followers count for lag_max
+    assert not counts(s, None, "r0", 500)
+    stored = [("r1", "inc-l"), ("r0", "inc-a")]
     s.keep_stored([("r0", "inc-a")], 0)
     s.fetched("r0", 0, 10, 600, "inc-a")
-    assert counts(s, "r0", 600)
+    assert counts(s, stored, "r0", 600)
     s.fetched("r0", 0, 10, 700, "inc-b")  # its data directory started empty: another member
-    assert not counts(s, "r0", 700)
+    assert not counts(s, stored, "r0", 700)
+    # Caught up under inc-b, the leader starts storing it: until etcd has that set, no.
+    s.fetched("r0", 10, 10, 800, "inc-b")
+    s.stored = {("r0", "inc-a"), ("r0", "inc-b")}  # as Replication._store_set holds it meanwhile
+    assert not counts(s, stored, "r0", 800)
+    assert counts(s, [("r1", "inc-l"), ("r0", "inc-b")], "r0", 800)  # stored
+    assert counts(s, [("r1", "inc-l"), ("r0", None)], "r0", 800)  # stored before incarnations
+    assert not counts(s, [("r1", "inc-l")], "r0", 800)  # left the set

@@ -32,7 +32,7 @@ from typing import Final
 
 from txmq import limits
 from txmq.broker.cluster_file import Group
-from txmq.broker.election import InSync
+from txmq.broker.election import InSync, Member, matches
 
 # A leader that is not preferred drains (acknowledges nothing) for at most DRAIN_MAX_MS while
 # the preferred replica reaches its mark, then resigns and does not campaign for TAKEOVER_MS
@@ -57,14 +57,17 @@ def preferred_of(group: Group) -> str | None:
     return group.replicas[0].name if len(group.replicas) > 1 else None
 
 
-def counts(insync: InSync, name: str, now_ms: int) -> bool:
-    """The leader's in-sync set counts follower ``name``: the stored set names it under the
-    incarnation it fetches with, or, without a stored set (ASYNC, or one in-sync replica),
-    it is in sync by the lag rule."""
-    stored = insync.stored
-    if stored is not None:
-        return any(m[0] == name and insync.current(m) for m in stored)
-    return name in insync.members(now_ms)
+def counts(insync: InSync, stored: list[Member] | None, name: str, now_ms: int) -> bool:
+    """Follower ``name`` may lead after this leader: the in-sync set as etcd holds it
+    (``stored``: ``Election.insync``, what this leader last stored or read; its campaign is
+    checked against that) names it under the incarnation it fetches with; without a stored
+    set (a fresh group, ASYNC), it is in sync by the lag rule. Not the set a store under way
+    would write (``InSync.stored`` holds that too meanwhile): resigning before etcd has it
+    would leave a group whose preferred replica may not campaign."""
+    if stored is None:
+        return name in insync.members(now_ms)
+    f = insync.followers.get(name)
+    return f is not None and any(matches(m, name, f.incarnation) for m in stored)
 
 
 class Phase(enum.Enum):

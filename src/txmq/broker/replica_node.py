@@ -164,9 +164,19 @@ async def _lead(
         return leadership.leads() and now is not None and now.epoch == epoch
 
     async def watch() -> None:
+        # ``changed`` is set when the keepalive thread finds the lease gone and when this
+        # replica hands the lead back (preferred.py): the broker stops at once then, not up to
+        # an observe period later, so its clients are refused for as short a time as it can.
+        changed = leadership.changed
         while not stop.is_set() and same_term():
-            with contextlib.suppress(TimeoutError):  # look at the lease again
-                await asyncio.wait_for(stop.wait(), limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
+            changed.clear()
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(changed.wait())]
+            try:  # or look at the lease again after an observe period
+                period = limits.REPLICA_OBSERVE_PERIOD_MS / 1000
+                await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
         lead_stop.set()
 
     watcher = asyncio.create_task(watch())

@@ -237,7 +237,9 @@ class Replication:
             offset=offset,
             leader_end=written_out_end(self.store),
             durable_end=durable_end(self.store),
-            in_sync=counts(self.insync, str(self.preferred), now_ms),
+            in_sync=counts(
+                self.insync, self.leadership.election.insync, str(self.preferred), now_ms
+            ),
         )
         if phase is Phase.RESIGN and self._resigning is None:
             self._resigning = asyncio.get_running_loop().create_task(self.leadership.hand_back())
