@@ -43,6 +43,7 @@ COMPILED: Final = (
     "txmq/store/reader.py",
     "txmq/store/segment.py",
     "txmq/store/store.py",
+    "txmq/store/replica.py",  # ship and append_shipped: once per follower round, both sides
     "txmq/txn/book.py",
     "txmq/txn/coordinator.py",
     "txmq/txn/ids.py",

@@ -94,6 +94,47 @@ def test_an_oversized_request_closes_the_connection_and_the_end_closes_all() -> 
     assert after is None
 
 
+def test_a_round_past_its_bound_or_abandoned_ends_and_no_late_reply_answers_the_next() -> None:
+    """A round the leader does not answer ends with TimeoutError at its bound, or at once when
+    abandoned (follower.py: the leader changed); the connection is closed, so the late reply
+    never answers the next round, which connects again."""
+    arrived = asyncio.Event()
+    release = asyncio.Event()
+
+    async def answer(body: bytes) -> tuple[bytes, bool]:
+        if body.startswith(b"hang"):
+            arrived.set()
+            await release.wait()  # answered only after the round gave up
+        return b"re " + body, True
+
+    async def main() -> tuple[float, float, list[bytes | None]]:
+        task, ports = await _wire(answer)
+        link = WireLink("127.0.0.1", ports[0])
+        try:
+            start = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await link.round(b"hang 1", 0.3)
+            bounded = time.monotonic() - start
+            arrived.clear()
+            pending = asyncio.create_task(link.round(b"hang 2", ROUND_TIMEOUT_S))
+            await arrived.wait()
+            start = time.monotonic()
+            link.abandon()
+            with pytest.raises(TimeoutError):
+                await pending
+            abandoned = time.monotonic() - start
+            release.set()
+            return bounded, abandoned, [await link.round(b"a", 5), await link.round(b"b", 5)]
+        finally:
+            link.close()
+            task.cancel()
+
+    bounded, abandoned, got = asyncio.run(main())
+    assert 0.3 <= bounded < ROUND_TIMEOUT_S
+    assert abandoned < 1.0
+    assert got == [b"re a", b"re b"]
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -74,6 +74,9 @@ class LeaderLink:
     def abandon(self) -> None:
         """End the round in flight now, as its bound would (follower.py: the election sees
         another leader, none, or this replica)."""
+        if isinstance(self._wire, WireLink) and self._wire.busy:
+            self._abandoned = True
+            self._wire.abandon()
         if self._bound is not None:
             self._abandoned = True
             self._bound.reschedule(asyncio.get_running_loop().time())
@@ -137,8 +140,9 @@ class LeaderLink:
     async def _wire_round(self, endpoint: str, wire: WireLink, body: bytes) -> bytes | None:
         """One round on the wire; None (logged; after a pause unless the leader closed it) on
         failure, the wire then asked for again by the next round."""
-        try:
-            reply = await self._bounded(wire.round(body))
+        self._abandoned = False
+        try:  # bounded by the wire itself: one timer, no asyncio.timeout per round
+            reply = await wire.round(body, ROUND_TIMEOUT_S)
         except TimeoutError:
             self._drop_wire()
             await self._timed_out("wire round", endpoint)

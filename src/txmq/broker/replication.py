@@ -115,10 +115,17 @@ class Replication:
         self.kept = KeptEnd(AckedEnd(store.disk, store.data_dir, store.log.end_offset))
         # Followers are shipped what is written out, before our fsync (theirs runs alongside;
         # acks still wait for both): the flusher wakes their long polls once it wrote a group.
+        # Only when one waits: a fetch that arrives later finds the bytes written out itself,
+        # and a wake-up of the loop per group for nobody was most of them at 4 producers (a
+        # follower in lockstep is mostly busy with its last round when a group is written out).
+        # No wake is lost: the flusher moves ``written_out_end`` before it looks at
+        # ``_fetchers``, and a fetch registers in ``_fetchers`` before it looks at
+        # ``written_out_end`` (``_wait_written``); both run under the GIL, so one of the two
+        # sees the other's step.
         loop = asyncio.get_running_loop()
 
         def wake() -> None:
-            if not loop.is_closed():
+            if self._fetchers and not loop.is_closed():
                 loop.call_soon_threadsafe(self._wake_fetchers)
 
         self.epoch, self.epochs = stamp(store, leadership)
@@ -368,16 +375,19 @@ class Replication:
     async def _wait_written(self, start: int) -> None:
         """Long poll: return once the log is written out past ``start``, or after
         REPLICA_FETCH_WAIT_MS (then the fetch is answered empty). The waiter is registered
-        right after the check, with no await between: a wake cannot fall in between."""
+        before the check, with no await between: the flusher, which moves the end before it
+        looks for waiters (``__init__``'s ``wake``), cannot miss it."""
+        if written_out_end(self.store) > start:
+            return
         deadline = time.monotonic() + limits.REPLICA_FETCH_WAIT_MS / 1000
         loop = asyncio.get_running_loop()
         for _ in range(limits.REPLICA_FETCH_WAKES_MAX):
             left = deadline - time.monotonic()
-            if written_out_end(self.store) > start or left <= 0:
-                return
             woken: asyncio.Future[None] = loop.create_future()
             self._fetchers.append(woken)
             try:
+                if written_out_end(self.store) > start or left <= 0:
+                    return
                 await wait(woken, left)
             finally:
                 if woken in self._fetchers:  # timed out or cancelled: not left for the next wake

@@ -71,8 +71,11 @@ def ship(
             f"offset {from_offset} is below the log start {store.log_start_offset}"
         )
     quick = _ship_in_one_read(store, from_offset, end, max_bytes)
-    if quick is not None:
-        return quick
+    return quick if quick is not None else _ship_scanning(store, from_offset, end, max_bytes)
+
+
+def _ship_scanning(store: Store, from_offset: int, end: int, max_bytes: int) -> Shipment:
+    """``ship`` by the recovery scan: any range (segment ends, blanks), a bad frame named."""
     parts: list[bytes] = []
     taken, next_offset, cut_parts, cut_offset = 0, from_offset, 0, from_offset
     for count, (rec, scan_end) in enumerate(store.log.scan_for_recovery(from_offset)):
