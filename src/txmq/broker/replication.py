@@ -235,14 +235,13 @@ class Replication:
     def _preferred_fetched(self, offset: int, now_ms: int) -> None:
         """The preferred replica fetched from ``offset``: hand the lead back to it once it is
         in sync and holds everything this leader acknowledged (preferred.py)."""
+        stored, name = self.leadership.election.insync, str(self.preferred)
         phase = self.handback.fetched(
             now_ms,
             offset=offset,
             leader_end=written_out_end(self.store),
             durable_end=durable_end(self.store),
-            in_sync=counts(
-                self.insync, self.leadership.election.insync, str(self.preferred), now_ms
-            ),
+            in_sync=counts(self.insync, stored, name, now_ms),
         )
         if phase is Phase.RESIGN and self._resigning is None:
             self._resigning = asyncio.get_running_loop().create_task(self.leadership.hand_back())
