@@ -136,6 +136,7 @@ class Follower:
         # Whether it may campaign only where no in-sync set is stored (Election.may_campaign).
         self.fetched_ms = 0
         self.caught_up_ms = 0
+        self.answered = asyncio.Event()  # a leader answered a fetch of this follower
         self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS
         # How the leader is called: TLS and the signature of cluster_access_key when secured.
         self.link = LeaderLink(security)
@@ -230,6 +231,7 @@ class Follower:
         self.leadership.committed = max(self.leadership.committed, committed)
         self.kept.offer(self.leadership.committed, now)  # where a promotion's hold starts
         self.fetched_ms = now
+        self.answered.set()
         if self.store.log_end_offset >= self.leader_end:
             self.caught_up_ms = now
         if want_topics and "topics" in header:

@@ -52,9 +52,8 @@ _SHUTDOWN_GRACE_S = 1.0
 # A follower being promoted closes its port for as short a time as it can: what is in flight
 # there waits for a leader that is gone (forwarded calls) or is a stream the client reopens.
 _PROMOTION_GRACE_S = 0.1
-# How often a replica that handed the lead back looks whether its preferred replica answers.
-_HAND_BACK_LOOK_S = 0.05
-# ... and keeps its port closed this much longer once it does (gRPC's first reconnect backoff,
+# A replica that handed the lead back keeps its port closed this much longer once its
+# preferred replica answered its fetch as leader (gRPC's first reconnect backoff,
 # 1 s +-20 %, and the official client's own retry delay).
 _HAND_BACK_CLIENTS_S = 2.0
 _MESSAGE_SIZES = (
@@ -264,13 +263,16 @@ async def _after_hand_back(
     swapped its follower's port for its broker's (gRPC then waits ~1 s, +-20 %, before trying
     that address again). Were this port open meanwhile, the client would settle here and every
     call of it be forwarded (ADR 0006, "Cost")."""
-    until = leadership.handback.hold_until_ms
-    if leadership.clock() >= until:
+    left_s = (leadership.handback.hold_until_ms - leadership.clock()) / 1000
+    if left_s <= 0:
         return  # not right after a hand-back
-    while leadership.clock() < until and not follower.fetched_ms and not following.done():
-        with contextlib.suppress(TimeoutError):  # look again
-            await asyncio.wait_for(stop.wait(), _HAND_BACK_LOOK_S)
-    if follower.fetched_ms and not stop.is_set():
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(follower.answered.wait())]
+    try:  # the first answer, a stop, the follower's end, or the hold's end
+        await asyncio.wait([*waits, following], timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if follower.answered.is_set() and not stop.is_set():
         log.info(
             "preferred replica leads: this replica's port opens in %.1f s", _HAND_BACK_CLIENTS_S
         )
