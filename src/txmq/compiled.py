@@ -41,6 +41,7 @@ COMPILED: Final = (
     "txmq/store/flush.py",
     "txmq/store/index.py",
     "txmq/store/reader.py",
+    "txmq/store/recent.py",
     "txmq/store/segment.py",
     "txmq/store/store.py",
     "txmq/store/replica.py",  # ship and append_shipped: once per follower round, both sides

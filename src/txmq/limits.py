@@ -84,6 +84,9 @@ READ_BATCH_MAX: Final = 1024
 # Scans for a tag filter stop after this many entries so one read cannot walk a whole queue.
 READ_SCAN_ENTRIES_MAX: Final = 32 * READ_BATCH_MAX
 FIND_BY_KEY_RESULTS_MAX: Final = 64
+# Queue records kept as written (recent.py): ~230 of 1 KiB, small beside the CPU's caches.
+RECENT_RECORDS_BYTES_MAX: Final = 256 * KiB
+RECENT_RECORD_BYTES_MAX: Final = 16 * KiB
 
 # --- Transactions. --------------------------------------------------------------------------------
 # RocketMQ defaults (BrokerConfig): transactionTimeOut 6000 ms, transactionCheckInterval 30000 ms,
@@ -208,8 +211,7 @@ SEND_BATCH_BODY_BYTES_MAX: Final = 4 * MiB
 # Long polls are capped below the official client's own receive deadline, so the broker
 # answers "no message" before the client gives up on the call.
 LONG_POLLING_TIMEOUT_REPLY_MS_MAX: Final = 20_000
-# Messages in one SendMessage request (the broker refuses more; the Spark sink sends this many);
-# the official clients send one at a time.
+# Messages in one SendMessage (more are refused; the Spark sink sends this many, clients one).
 SEND_BATCH_MAX: Final = 64
 
 # Messages one MessageFind (admin channel, ``txmq message find --max``) returns by default and
@@ -220,12 +222,10 @@ MESSAGE_FIND_RESULTS_MAX: Final = 1000
 # Broker settings a configuration may choose (broker/config.py refuses values outside them).
 # A check-back more often than every 100 ms would be a busy loop against producers.
 TRANSACTION_CHECK_INTERVAL_MS_MIN: Final = 100
-# Check-backs before rollback and deliveries before the DLQ: beyond a thousand, a message is
-# stuck, not unlucky.
+# Check-backs before rollback, deliveries before the DLQ: past a thousand a message is stuck.
 TRANSACTION_CHECK_MAX_LIMIT: Final = 1000
 DELIVERY_ATTEMPTS_MAX_LIMIT: Final = 1000
-# The background loops' period: 10 ms is already busy; 10 s would delay check-backs and delay
-# messages by as much.
+# The background loops' period: 10 ms is already busy; 10 s would delay check-backs and messages.
 TICK_MS_MIN: Final = 10
 TICK_MS_LIMIT: Final = 10_000
 assert TRANSACTION_CHECK_MAX_DEFAULT <= TRANSACTION_CHECK_MAX_LIMIT

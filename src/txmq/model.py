@@ -397,3 +397,28 @@ def message_draft(
         reconsume_times=rec.reconsume_times if reconsume_times is None else reconsume_times,
         prepared_offset=prepared_offset,
     )
+
+
+def stored_record(
+    draft: RecordDraft, result: AppendResult, properties: Mapping[str, str] | None = None
+) -> Record:
+    """The Record the store holds for ``draft``, written as ``result`` says, without reading it
+    back; ``properties``: the draft's as the record holds them, where the caller has them."""
+    return Record(
+        topic=draft.topic,
+        queue_id=draft.queue_id,
+        queue_offset=result.queue_offset,
+        physical_offset=result.physical_offset,
+        size=result.size,
+        flag=draft.flag,
+        store_timestamp_ms=result.store_timestamp_ms,
+        born_timestamp_ms=draft.born_timestamp_ms,
+        born_host=draft.born_host,
+        reconsume_times=draft.reconsume_times,
+        prepared_offset=draft.prepared_offset,
+        message_id=draft.message_id,
+        tag=draft.tag,
+        keys=draft.keys,
+        properties=draft.properties if properties is None else properties,
+        body=draft.body,
+    )

@@ -36,6 +36,7 @@ from txmq.store.consume_queue import ConsumeQueue, tag_hash
 from txmq.store.dispatch import Dispatcher
 from txmq.store.health import Health
 from txmq.store.index import id_hash, key_hash
+from txmq.store.recent import Recent, record
 
 # Where the header fields an entry promises sit in a record (docs/formats.md).
 _QUEUE = struct.Struct(">Hq")  # queue_id, queue_offset
@@ -57,12 +58,18 @@ def promised(rec: bytes | memoryview, topic: bytes, queue_id: int, queue_offset:
 
 class Reader:
     def __init__(
-        self, log: CommitLog, dispatcher: Dispatcher, health: Health, rebuild: Rebuild
+        self,
+        log: CommitLog,
+        dispatcher: Dispatcher,
+        health: Health,
+        rebuild: Rebuild,
+        recent: Recent,
     ) -> None:
         self.log = log
         self.dispatcher = dispatcher
         self.health = health
         self._rebuild = rebuild
+        self._recent = recent
 
     def _queue(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
         return self.dispatcher.queue_range(topic, queue_id)
@@ -83,6 +90,10 @@ class Reader:
             return None
         try:
             try:
+                # A record kept as written, if the log still holds its very bytes (recent.py).
+                kept = self._recent.get(physical_offset)
+                if kept is not None and self.log.read_raw(physical_offset, len(kept[0])) == kept[0]:
+                    return record(kept)
                 return self.log.read(physical_offset, size_hint)
             except CorruptRecordError:
                 return self.log.read(physical_offset)

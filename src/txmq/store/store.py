@@ -49,6 +49,7 @@ from txmq.store.disk import Disk, OsDisk
 from txmq.store.flush import Group, GroupCommit, Pending
 from txmq.store.health import Health
 from txmq.store.reader import Reader
+from txmq.store.recent import Recent
 from txmq.store.recovery import recover_store
 from txmq.store.repair import Scrubber, rebuild_queue
 from txmq.store.retention import delete_expired
@@ -98,7 +99,10 @@ class Store:
         self._dispatcher.compact_index(self.log.start_offset)
         self.health = Health()
         self._scrub_lock = threading.Lock()
-        self._reader = Reader(self.log, self._dispatcher, self.health, self.rebuild_queue)
+        self._recent = Recent()  # queue records as written: a read of one skips its decode
+        self._reader = Reader(
+            self.log, self._dispatcher, self.health, self.rebuild_queue, self._recent
+        )
         self._scrubber = Scrubber(self.log, self._dispatcher, self.health)
         self._checkpoint_lock = threading.Lock()
         self._retention_lock = threading.Lock()
@@ -270,6 +274,9 @@ class Store:
         except OSError as exc:
             self._group.fence(f"writing the log failed: {exc}")
             raise StoreFencedError(self._group.fenced) from exc
+        for d, placed, r in zip(drafts, parts, results, strict=True):
+            if r.queue_offset >= 0:
+                self._recent.add(placed, d, r)
         return results, at, group
 
     def flush(self) -> None:

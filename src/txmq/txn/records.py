@@ -44,6 +44,7 @@ from txmq.model import (
     RecordDraft,
     TxnFlag,
     message_draft,
+    stored_record,
 )
 from txmq.txn import bundle
 from txmq.txn.book import Decided, Txn, TxnBook, TxnState
@@ -94,24 +95,7 @@ def half_draft(
 
 def stored_half(draft: RecordDraft, result: AppendResult) -> Record:
     """The Record the store now holds for ``draft``, without reading it back."""
-    return Record(
-        topic=draft.topic,
-        queue_id=draft.queue_id,
-        queue_offset=result.queue_offset,
-        physical_offset=result.physical_offset,
-        size=result.size,
-        flag=draft.flag,
-        store_timestamp_ms=result.store_timestamp_ms,
-        born_timestamp_ms=draft.born_timestamp_ms,
-        born_host=draft.born_host,
-        reconsume_times=draft.reconsume_times,
-        prepared_offset=draft.prepared_offset,
-        message_id=draft.message_id,
-        tag=draft.tag,
-        keys=draft.keys,
-        properties=draft.properties,
-        body=draft.body,
-    )
+    return stored_record(draft, result)
 
 
 def txn_of_half(half: Record, *, default_timeout_ms: int, claimed: bool) -> Txn:
