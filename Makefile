@@ -8,11 +8,12 @@ STAMP := $(VENV)/.installed
 # The editable install, then the broker's hot modules as TXMQ_COMPILE says (mypyc_build.py,
 # docs/adr/0007). Default 1: the modules txmq/compiled.py lists compiled to C in place, with
 # mypyc's free-instance race fixed in the generated C (mypyc_patch.py; ADR 0007, "The
-# free-instance race"); an edit of a listed source rebuilds (make compares times; the broker
+# free-instance race"); an edit of a listed source, or of a module they import (mypyc inlines
+# its constants: compiled.py's IMPORTED), rebuilds (make compares times; the broker
 # and the tests compare hashes and refuse a stale or unpatched build). TXMQ_COMPILE=0 builds
 # interpreted (no .so files); without a C compiler that happens anyway.
 TXMQ_COMPILE ?= 1
-COMPILED_SOURCES := $(addprefix src/,$(shell cd src && $(PY) -c 'from txmq.compiled import COMPILED; print(*COMPILED)'))
+COMPILED_SOURCES := $(addprefix src/,$(shell cd src && $(PY) -c 'from txmq.compiled import COMPILED, IMPORTED; print(*COMPILED, *IMPORTED)'))
 BUILT := $(VENV)/.compiled-$(TXMQ_COMPILE)
 
 $(STAMP): pyproject.toml

@@ -6,8 +6,8 @@ compiled build made from other sources than the ``.py`` files next to it. Why: a
 module (``.so``) shadows the ``.py`` of the same name, so a stale one would silently run old
 code after an edit. How: ``mypyc_build.py`` writes the SHA-256 of every compiled source into
 ``compiled.json`` (beside this file, not in git) once a build succeeded, and that it fixed
-mypyc's free-instance race (``PATCHED``); ``check`` hashes the sources again (~35 files, about a
-millisecond).
+mypyc's free-instance race (``PATCHED``), and of the modules they import (``IMPORTED``: mypyc
+inlines their constants); ``check`` hashes them again (~55 files, about a millisecond).
 Must not: be compiled itself, or import a compiled module (it judges them), but
 ``txmq.checks`` (``invariant``, which ``txmq.errors`` re-exports: a stale one still imports and
 is named here like any other).
@@ -70,6 +70,27 @@ COMPILED: Final = (
     "txmq/broker/waiters.py",
 )
 
+# The interpreted modules the compiled ones import. mypyc inlines their literal ``Final``
+# constants (limits.py's bounds, say) into the C it generates, so an edit of one of them leaves
+# a build running the old values until it is rebuilt: their hashes are recorded and checked as
+# the compiled sources' are. tests/unit/test_compiled.py checks this list against the imports.
+IMPORTED: Final = (
+    "txmq/broker/delay.py",
+    "txmq/errors.py",
+    "txmq/frozen.py",
+    "txmq/limits.py",
+    "txmq/store/ballast.py",
+    "txmq/store/config.py",
+    "txmq/store/health.py",
+    "txmq/store/recovery.py",
+    "txmq/store/repair.py",
+    "txmq/store/retention.py",
+    "txmq/store/space.py",
+    "txmq/thread_names.py",
+    "txmq/txn/bundle.py",
+    "txmq/txn/replay.py",
+)
+
 SRC: Final = Path(__file__).resolve().parent.parent
 RECORD: Final = SRC / "txmq" / "compiled.json"
 # The record's entry saying the build fixed mypyc's free-instance race in the generated C
@@ -82,8 +103,12 @@ class StaleBuildError(TxmqError):
 
 
 def source_hashes() -> dict[str, str]:
-    """SHA-256 of every compiled module's source, by path below src/."""
-    return {path: hashlib.sha256((SRC / path).read_bytes()).hexdigest() for path in COMPILED}
+    """SHA-256 of every compiled module's source and of every module they import
+    (``IMPORTED``), by path below src/."""
+    return {
+        path: hashlib.sha256((SRC / path).read_bytes()).hexdigest()
+        for path in (*COMPILED, *IMPORTED)
+    }
 
 
 def extensions(path: str) -> list[Path]:
@@ -127,6 +152,11 @@ def problems() -> list[str]:
         found.append("built without mypyc_patch.py (mypyc's free-instance race)")
     hashes = source_hashes()
     found += [f"{p} changed since it was compiled" for p in built if recorded.get(p) != hashes[p]]
+    found += [
+        f"{p} changed since the build inlined its constants"
+        for p in IMPORTED
+        if recorded.get(p) != hashes[p]
+    ]
     return found
 
 

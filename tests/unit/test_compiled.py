@@ -44,7 +44,7 @@ def _problems(tree: Path) -> tuple[str, list[str]]:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """The listed sources with a stand-in extension beside each, and the build record."""
-    for rel in ("txmq/__init__.py", "txmq/compiled.py", *compiled.COMPILED):
+    for rel in ("txmq/__init__.py", "txmq/compiled.py", *compiled.COMPILED, *compiled.IMPORTED):
         (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "src" / rel, tmp_path / "src" / rel)
     # compiled.py needs only TxmqError; the real errors.py imports txmq.checks, whose stand-in
@@ -75,6 +75,9 @@ def test_an_edited_source_a_partial_build_and_a_stray_module_are_named(tree: Pat
         "a partial build: txmq/txn/book.py not compiled",
         "txmq/store/store.py changed since it was compiled",
     ]
+    with (src / "txmq/limits.py").open("a") as f:  # its constants are inlined in the C
+        f.write("# an edit after the build\n")
+    assert _problems(tree)[1][-1] == "txmq/limits.py changed since the build inlined its constants"
     record = json.loads((src / "txmq/compiled.json").read_text())
     del record[compiled.PATCHED]
     (src / "txmq/compiled.json").write_text(json.dumps(record))
@@ -158,7 +161,7 @@ def test_compiled_modules_call_nothing_in_a_slice_bound(tmp_path: Path) -> None:
 def test_the_record_holds_every_compiled_source_and_the_patch() -> None:
     if compiled.compiled_modules():
         record = json.loads(compiled.RECORD.read_text())
-        assert sorted(record) == sorted([*compiled.COMPILED, compiled.PATCHED])
+        assert sorted(record) == sorted([*compiled.COMPILED, *compiled.IMPORTED, compiled.PATCHED])
         assert record[compiled.PATCHED].endswith(" free-instance deallocators reordered")
     assert compiled.problems() == []
 
@@ -185,3 +188,31 @@ def test_compiled_generators_yield_nothing_inside_an_except_block(tmp_path: Path
         "def scan() -> object:\n    try:\n        pass\n    except ValueError:\n        yield -1\n"
     )
     assert yields_in_handlers([tmp_path / "bad.py"]) == ["bad.py:5"]
+
+
+def _txmq_imports(rel: str) -> set[str]:
+    """The txmq modules (paths below src/) that the module at ``rel`` imports."""
+    src, found = ROOT / "src", set()
+    for node in ast.walk(ast.parse((src / rel).read_text(), rel)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("txmq"):
+            for alias in node.names:
+                for name in (f"{node.module}.{alias.name}", node.module):
+                    path = name.replace(".", "/") + ".py"
+                    if (src / path).exists():
+                        found.add(path)
+                        break
+        elif isinstance(node, ast.Import):
+            found |= {
+                a.name.replace(".", "/") + ".py"
+                for a in node.names
+                if (src / (a.name.replace(".", "/") + ".py")).exists()
+            }
+    return found
+
+
+def test_the_imported_list_names_every_interpreted_module_a_compiled_one_imports() -> None:
+    """mypyc inlines an imported module's Final constants, so the build hashes those modules
+    too (compiled.IMPORTED): a module missing there could change without the build going
+    stale."""
+    imported = set().union(*(_txmq_imports(rel) for rel in compiled.COMPILED))
+    assert sorted(imported - set(compiled.COMPILED)) == sorted(compiled.IMPORTED)
