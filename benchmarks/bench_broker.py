@@ -362,6 +362,20 @@ def _baseline_line(this: Phase, floor: Phase, base: Phase) -> str:
     )
 
 
+def alternating(
+    targets: list[tuple[str, int]], rounds: int, threads: int, seconds: float, txn: bool
+) -> list[list[Phase]]:
+    """Each target's phases over ``rounds`` rounds, the order reversed every other round (a
+    position bias: whichever server ran first read 7-10 % dearer in some runs, 2026-11-27)."""
+    per: list[list[Phase]] = [[] for _ in targets]
+    for r in range(rounds):
+        order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
+        for i in order:
+            ep, pid = targets[i]
+            per[i].append(phase(ep, pid, threads, seconds, transactional=txn))
+    return per
+
+
 def broker_cmd(data_dir: str) -> list[str]:
     return [sys.executable, "-m", "txmq.broker", "--data-dir", data_dir, "--port", "0"]
 
@@ -376,7 +390,17 @@ def main() -> None:
         help="also run a broker from this directory (another checkout's src/), alternating "
         "with this tree's, for an A/B in one run",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="phases per server and workload, in alternating order (this, floor, baseline, "
+        "then the reverse, ...) so that none always runs first; each server's median round by "
+        "CPU per operation is reported, and every round's broker/floor ratio listed",
+    )
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# broker benchmark on {machine()}, load average {load} (official client)")
     floors = Path(__file__).with_name("floor_servers.py")
@@ -398,10 +422,19 @@ def main() -> None:
                     echo_rate_aio_client(echo_endpoint, n, args.seconds),
                 )
                 runs: dict[str, list[Phase]] = {k: [] for k in args.workloads.split(",")}
+                rounds_lines = []
                 for kind, done in runs.items():
                     txn = kind == "transactional"
-                    for ep, pid in targets:
-                        done.append(phase(ep, pid, n, args.seconds, transactional=txn))
+                    per = alternating(targets, args.rounds, n, args.seconds, txn)
+                    done.extend(sorted(p, key=lambda x: x.server_ms)[len(p) // 2] for p in per)
+                    if args.rounds > 1:
+                        mine, floor = per[0], per[1]
+                        ratios = [
+                            t.server_ms / max(f.server_ms, 1e-9)
+                            for t, f in zip(mine, floor, strict=True)
+                        ]
+                        listed = ", ".join(f"{r:.2f}" for r in ratios)
+                        rounds_lines.append(f"  {kind}: broker/floor CPU by round {listed}")
                     # The floor again, at the rate txmq reached (see _paced_line).
                     paced = phase(
                         stub_endpoint,
@@ -412,7 +445,7 @@ def main() -> None:
                         rate=done[0].rate,
                     )
                     done.insert(2, paced)
-                print(report(n, rates, runs), flush=True)
+                print(report(n, rates, runs), *rounds_lines, sep="\n", flush=True)
         finally:
             for server in servers:
                 server.terminate()
