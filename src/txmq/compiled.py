@@ -58,6 +58,7 @@ COMPILED: Final = (
     "txmq/broker/clients.py",  # note_publisher per transaction
     "txmq/broker/delivery.py",
     "txmq/broker/durable.py",
+    "txmq/broker/election.py",  # InSync: several calls per follower round and per SYNC ack
     "txmq/broker/filter.py",
     "txmq/broker/flow.py",
     "txmq/broker/metrics.py",
@@ -66,6 +67,7 @@ COMPILED: Final = (
     "txmq/broker/produce_rpcs.py",  # coroutines that decode.py's Python wrapper awaits
     "txmq/broker/receipt.py",
     "txmq/broker/replies.py",
+    "txmq/broker/replication.py",  # fetch and acknowledge; its gRPC handlers: replica_rpcs.py
     "txmq/broker/topics.py",  # ensure, settled: three calls per transaction
     "txmq/broker/waiters.py",
 )

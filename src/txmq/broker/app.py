@@ -42,8 +42,9 @@ from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership
 from txmq.broker.parts import Parts
 from txmq.broker.peer_names import PeerInterceptor, peer_interceptor
+from txmq.broker.replica_rpcs import add_replica, answerer
 from txmq.broker.replica_wire import serve_wire
-from txmq.broker.replication import Replication, add_replica, answerer
+from txmq.broker.replication import Replication
 from txmq.broker.server import MessagingServicer
 from txmq.broker.tls import server_credentials
 from txmq.errors import ConfigError, invariant

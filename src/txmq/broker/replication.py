@@ -9,7 +9,8 @@ the log with this leader's epoch before its first write (store/epochs.py),
 and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
 that many in-sync replicas (ADR 0005).
-Must not: elect (leadership.py) or append shipped records (follower.py).
+Must not: elect (leadership.py) or append shipped records (follower.py); hold the gRPC
+handlers (replica_rpcs.py: this module is compiled, docs/adr/0007).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
 JSON header, then the records. Fetch takes ``{"follower", "incarnation"?, "from", "epoch", "last"?,
@@ -31,14 +32,11 @@ import json
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final
 
-import grpc
-
 from txmq import limits
-from txmq.broker.admin import refusal
-from txmq.broker.data import _args, _int
+from txmq.broker.data import _int
 from txmq.broker.election import BELOW_CONFIRMED, Confirmed, InSync, Member, sort_key
 from txmq.broker.kept_end import KeptEnd
 from txmq.broker.leadership import Leadership
@@ -54,7 +52,6 @@ from txmq.errors import (
     ReplicationTimeoutError,
     invariant,
 )
-from txmq.protocol import channels
 from txmq.store.acked import AckedEnd
 from txmq.store.epochs import EpochFile
 from txmq.store.replica import (
@@ -443,54 +440,3 @@ def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:
     if epochs.latest != leader.epoch:
         epochs.append(leader.epoch, end)
     return leader.epoch, epochs
-
-
-def answerer(
-    replication: Replication, service: Any
-) -> Callable[[bytes], Awaitable[tuple[bytes, bool]]]:
-    """What answers a fetch request, on any transport (Fetch, Follow, replica_wire.py)."""
-
-    async def answer(body: bytes) -> tuple[bytes, bool]:
-        """A fetch request's reply, and whether it was not a refusal."""
-        try:
-            header, data = await replication.fetch(_args(body), service.run)
-            return channels.frame(header, [data]), True
-        except Exception as exc:
-            return channels.frame(refusal(exc, "Fetch")), False
-
-    return answer
-
-
-def add_replica(server: Any, replication: Replication, service: Any) -> None:
-    """Register the Replica channel (leader side) on ``server``."""
-    answer = answerer(replication, service)
-
-    async def fetch(body: bytes, context: Any) -> bytes:
-        return (await answer(body))[0]
-
-    async def follow(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-        """Fetch rounds on one stream (leader_link.py): each request answered as ``Fetch``
-        answers it, in lockstep. A refusal ends the stream (the follower opens another when it
-        fetches again), so a replica that stopped leading is not held by its followers."""
-        async for body in requests:
-            reply, ok = await answer(body)
-            yield reply
-            if not ok:
-                return
-
-    async def status(body: bytes, context: Any) -> bytes:
-        return channels.frame(replication.status())
-
-    async def epochs(body: bytes, context: Any) -> bytes:
-        try:
-            return channels.frame(replication.epochs_of(_args(body)))
-        except Exception as exc:
-            return channels.frame(refusal(exc, "Epochs"))
-
-    handlers = {
-        "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
-        "Follow": grpc.stream_stream_rpc_method_handler(follow),
-        "Epochs": grpc.unary_unary_rpc_method_handler(epochs),
-        "Status": grpc.unary_unary_rpc_method_handler(status),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
