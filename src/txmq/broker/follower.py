@@ -43,7 +43,7 @@ from txmq.broker.leader_link import LeaderLink
 from txmq.broker.leadership import Leadership
 from txmq.broker.membership import Membership, copy_definition
 from txmq.broker.offsets import FILE_NAME as POSITIONS_FILE
-from txmq.broker.replication import SERVICE
+from txmq.broker.replica_rpcs import register
 from txmq.broker.replies import fail
 from txmq.broker.topics import TopicRegistry
 from txmq.errors import (
@@ -469,10 +469,4 @@ def add_follower_services(
             yield await fetch(b"", context)  # refused, then ended (as a leader's refusal)
             return
 
-    handlers = {
-        "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
-        "Follow": grpc.stream_stream_rpc_method_handler(follow),
-        "Epochs": grpc.unary_unary_rpc_method_handler(fetch),
-        "Status": grpc.unary_unary_rpc_method_handler(status),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    register(server, fetch, follow, fetch, status)

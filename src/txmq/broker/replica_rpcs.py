@@ -63,6 +63,20 @@ def add_replica(server: Any, replication: Replication, service: Any) -> None:
         except Exception as exc:
             return channels.frame(refusal(exc, "Epochs"))
 
+    register(server, fetch, follow, epochs, status)
+
+
+Unary = Callable[[bytes, Any], Awaitable[bytes]]
+
+
+def register(
+    server: Any,
+    fetch: Unary,
+    follow: Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]],
+    epochs: Unary,
+    status: Unary,
+) -> None:
+    """The Replica channel's four calls on ``server`` (a leader's, or a follower's refusals)."""
     handlers = {
         "Fetch": grpc.unary_unary_rpc_method_handler(fetch),
         "Follow": grpc.stream_stream_rpc_method_handler(follow),
