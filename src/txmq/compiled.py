@@ -77,12 +77,19 @@ COMPILED: Final = (
 # a build running the old values until it is rebuilt: their hashes are recorded and checked as
 # the compiled sources' are. tests/unit/test_compiled.py checks this list against the imports.
 IMPORTED: Final = (
+    "txmq/broker/data.py",
     "txmq/broker/delay.py",
+    "txmq/broker/kept_end.py",
+    "txmq/broker/leadership.py",
+    "txmq/broker/membership.py",
+    "txmq/broker/preferred.py",
     "txmq/errors.py",
     "txmq/frozen.py",
     "txmq/limits.py",
+    "txmq/store/acked.py",
     "txmq/store/ballast.py",
     "txmq/store/config.py",
+    "txmq/store/epochs.py",
     "txmq/store/health.py",
     "txmq/store/recovery.py",
     "txmq/store/repair.py",
