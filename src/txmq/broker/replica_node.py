@@ -17,7 +17,6 @@ Must not: decide leadership (election.py) or acknowledge writes itself (replicat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -169,13 +168,8 @@ async def _lead(
         changed = leadership.changed
         while not stop.is_set() and same_term():
             changed.clear()
-            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(changed.wait())]
-            try:  # or look at the lease again after an observe period
-                period = limits.REPLICA_OBSERVE_PERIOD_MS / 1000
-                await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
+            # Or look at the lease again after an observe period.
+            await _until_any((stop, changed), limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
         lead_stop.set()
 
     watcher = asyncio.create_task(watch())
@@ -266,18 +260,26 @@ async def _after_hand_back(
     left_s = (leadership.handback.hold_until_ms - leadership.clock()) / 1000
     if left_s <= 0:
         return  # not right after a hand-back
-    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(follower.answered.wait())]
-    try:  # the first answer, a stop, the follower's end, or the hold's end
-        await asyncio.wait([*waits, following], timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
+    # The first answer, a stop, the follower's end, or the hold's end.
+    await _until_any((stop, follower.answered), left_s, following)
     if follower.answered.is_set() and not stop.is_set():
         log.info(
             "preferred replica leads: this replica's port opens in %.1f s", _HAND_BACK_CLIENTS_S
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), _HAND_BACK_CLIENTS_S)
+        await _until_any((stop,), _HAND_BACK_CLIENTS_S)
+
+
+async def _until_any(
+    events: tuple[asyncio.Event, ...], timeout_s: float, *tasks: asyncio.Future[Any]
+) -> None:
+    """Return once one of ``events`` is set or one of ``tasks`` done, or after ``timeout_s``
+    (the tasks are left running)."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait([*waits, *tasks], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def forwarding_channel(endpoint: str, security: ClientSecurity) -> Any:
