@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
-from bench_replication import _await_roles, _broker, _free_ports, _load, _status
+from bench_replication import _await_roles, _broker, _free_ports, _load, _status, _stop
 
 from txmq.broker.cluster_file import ClusterFile, Group, Member, write
 from txmq.broker.etcd_server import start_local_etcd
@@ -74,10 +74,7 @@ def _phase(kind: str, tmp: Path, etcd: str, args: argparse.Namespace, rnd: int) 
         forwarded = sum(a - b for a, b in zip(after, before, strict=True))
         return (*got, forwarded, want.index("leader"))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=60)
+        _stop(procs)
 
 
 def main() -> None:

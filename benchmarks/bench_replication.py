@@ -161,10 +161,15 @@ def _phase(kind: str, tmp: Path, etcd: str, args: argparse.Namespace, rnd: int) 
             return (*got, int(str(_status(follower).get("forwarded", 0))))
         return (*_load(endpoint, args, f"{kind}-{rnd}", [p.pid for p in procs]), 0)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=60)
+        _stop(procs)
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    """Stop the phase's brokers (SIGTERM to all, then wait for each: they stop together)."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(timeout=60)
 
 
 def main() -> None:
