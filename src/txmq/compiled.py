@@ -56,6 +56,7 @@ COMPILED: Final = (
     "txmq/broker/calls.py",  # the handler lookup and deserializer gRPC calls (not inspects)
     "txmq/broker/clock.py",
     "txmq/broker/clients.py",  # note_publisher per transaction
+    "txmq/broker/consume_rpcs.py",  # a receive up to its replies, AckMessage (issue 17)
     "txmq/broker/delivery.py",
     "txmq/broker/durable.py",
     "txmq/broker/election.py",  # InSync: several calls per follower round and per SYNC ack

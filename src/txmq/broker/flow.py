@@ -31,6 +31,8 @@ class ByteBudget:
     async def room(self, timeout_s: float) -> int:
         """Bytes a new batch may take (at most RECEIVE_STREAM_BYTES_MAX): waits up to
         ``timeout_s`` for some to be given back; 0 if none came."""
+        if self.held < self.total_max:  # the common case: no clock read
+            return min(limits.RECEIVE_STREAM_BYTES_MAX, self.total_max - self.held)
         deadline = asyncio.get_running_loop().time() + max(0.0, timeout_s)
         while self.held >= self.total_max:
             left = deadline - asyncio.get_running_loop().time()

@@ -158,13 +158,25 @@ class ConsumerPositions:
         self.book.clamp(key, lo)
 
     def receive_recent(
-        self, group: str, topic: str, queue_ids: list[int], **kw: Any
+        self,
+        group: str,
+        topic: str,
+        queue_ids: list[int],
+        *,
+        tags: frozenset[str] | None,
+        batch: int,
+        invisible_ms: int,
+        now_ms: int,
+        fifo: bool,
+        max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
     ) -> tuple[list[Delivery], list[DeadLetter]] | None:
         """``receive`` (same arguments) when it reads only records near the end of these
         queues: every queue already has this group's book and ends at most
         RECEIVE_ON_LOOP_LAG_MAX entries past its ack offset (due redeliveries, held FIFO
         messages and new ones all lie in between), so the event loop may run it itself (see
-        limits.py). None, with nothing done, otherwise."""
+        limits.py). None, with nothing done, otherwise. Its keywords are spelled out, not
+        ``**kw``: a compiled caller then calls it, and it ``_receive``, without building a
+        dict of them (issue 17)."""
         keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
             ends = self.store.queue_ends(topic, queue_ids)
@@ -173,24 +185,13 @@ class ConsumerPositions:
                 book = books.get(key)
                 if book is None or end - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
                     return None
-            return self._receive(keys, ends, **kw)
+            return self._receive(keys, ends, tags, batch, invisible_ms, now_ms, fifo, max_bytes)
 
     def receive(
-        self, group: str, topic: str, queue_ids: list[int], **kw: Any
-    ) -> tuple[list[Delivery], list[DeadLetter]]:
-        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue;
-        stops before their records pass ``max_bytes`` (the first always comes), so a stream
-        never holds more than that (broker/flow.py). Keyword arguments: ``_receive``'s. From
-        any position: the broker calls it in its executor when ``receive_recent`` would not
-        serve it."""
-        keys = [queue_key(group, topic, qid) for qid in queue_ids]
-        with self._lock:
-            return self._receive(keys, self.store.queue_ends(topic, queue_ids), **kw)
-
-    def _receive(
         self,
-        keys: list[QueueKey],
-        ends: list[int],
+        group: str,
+        topic: str,
+        queue_ids: list[int],
         *,
         tags: frozenset[str] | None,
         batch: int,
@@ -198,6 +199,26 @@ class ConsumerPositions:
         now_ms: int,
         fifo: bool,
         max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
+    ) -> tuple[list[Delivery], list[DeadLetter]]:
+        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue;
+        stops before their records pass ``max_bytes`` (the first always comes), so a stream
+        never holds more than that (broker/flow.py). From any position: the broker calls it in
+        its executor when ``receive_recent`` would not serve it."""
+        keys = [queue_key(group, topic, qid) for qid in queue_ids]
+        with self._lock:
+            ends = self.store.queue_ends(topic, queue_ids)
+            return self._receive(keys, ends, tags, batch, invisible_ms, now_ms, fifo, max_bytes)
+
+    def _receive(
+        self,
+        keys: list[QueueKey],
+        ends: list[int],
+        tags: frozenset[str] | None,
+        batch: int,
+        invisible_ms: int,
+        now_ms: int,
+        fifo: bool,
+        max_bytes: int,
     ) -> tuple[list[Delivery], list[DeadLetter]]:
         """``receive`` under ``_lock``, each queue's end read once (``ends``). A queue
         with nothing due, nothing held and nothing new before its end is skipped unread: the

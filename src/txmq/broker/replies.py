@@ -1,5 +1,5 @@
 """Small shared pieces of the RPC handlers: client id, error -> Status, filters, durations, and
-the replies of a receive (``Handout``)."""
+the replies of a receive (``Handout``; ``Lone`` when it delivers nothing)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 
 from txmq import errors, limits
 from txmq.broker.calls import call_metadata
+from txmq.broker.filter import parse_tags
 from txmq.broker.flow import ByteBudget
 from txmq.broker.metrics import Metrics
 from txmq.broker.offsets import Delivery
@@ -41,15 +42,10 @@ def fail(exc: BaseException) -> Any:
 
 
 def tags(expr: Any) -> frozenset[str] | None:
+    """A request's filter expression as the tags it accepts (None: all); SQL is refused."""
     if expr.type == pb.SQL:
         raise IllegalFilterExpressionError("SQL filter expressions are not supported; use tags")
-    text = expr.expression.strip()
-    if text in ("", "*"):
-        return None
-    found = frozenset(t.strip() for t in text.split("||") if t.strip())
-    if not found:
-        raise IllegalFilterExpressionError(f"illegal tag expression {text!r}")
-    return found
+    return parse_tags(expr.expression)
 
 
 def invisible_ms(request: Any, default_ms: int = 30_000) -> int:
@@ -134,3 +130,24 @@ class Handout:
         """Give back what the replies not taken still hold; drop their records."""
         self._got.clear()
         self._give(self.held)
+
+
+class Lone:
+    """The one reply of a receive that delivers nothing (MESSAGE_NOT_FOUND or a refusal), as
+    ``Handout`` hands out replies: an iterator with ``close``."""
+
+    def __init__(self, reply: Any) -> None:
+        self._reply = reply
+
+    def __iter__(self) -> Lone:
+        return self
+
+    def __next__(self) -> Any:
+        reply = self._reply
+        if reply is None:
+            raise StopIteration
+        self._reply = None
+        return reply
+
+    def close(self) -> None:
+        self._reply = None
