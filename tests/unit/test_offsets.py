@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq import limits
 from txmq.broker.delivery import Position, QueueKey
-from txmq.broker.offsets import FILE_NAME, ConsumerPositions, Delivery, OffsetFile
+from txmq.broker.offsets import FILE_NAME, Ask, ConsumerPositions, Delivery, OffsetFile
 from txmq.errors import ConfigError, InvalidReceiptHandleError
 from txmq.model import PROP_MESSAGE_GROUP, RecordDraft
 from txmq.store.store import Store
@@ -55,9 +55,8 @@ def _positions(store: Store, tmp_path: Path, clock: Clock) -> ConsumerPositions:
 def _receive(
     p: ConsumerPositions, clock: Clock, batch: int = 32, fifo: bool = False
 ) -> list[Delivery]:
-    got, _dead = p.receive(
-        "g", "t", [0], tags=None, batch=batch, invisible_ms=1_000, now_ms=clock.now, fifo=fifo
-    )
+    ask = Ask(tags=None, batch=batch, invisible_ms=1_000, now_ms=clock.now, fifo=fifo)
+    got, _dead = p.receive("g", "t", [0], ask)
     return got
 
 
@@ -106,9 +105,8 @@ def test_dead_letter_flow_and_update_offset(tmp_path: Path, clock: Clock) -> Non
         (d,) = _receive(p, clock, batch=1)
         assert (d.record.body, d.attempt) == (b"m0", attempt)
         clock.advance(1_000)
-    got, dead = p.receive(
-        "g", "t", [0], tags=None, batch=1, invisible_ms=1_000, now_ms=clock.now, fifo=False
-    )
+    ask = Ask(tags=None, batch=1, invisible_ms=1_000, now_ms=clock.now, fifo=False)
+    got, dead = p.receive("g", "t", [0], ask)
     assert [(x.record.body, x.attempts) for x in dead] == [(b"m0", 3)]
     assert [x.record.body for x in got] == [b"m1"]
     p.settle(dead[0])
@@ -144,9 +142,8 @@ def test_receive_recent_only_near_the_end_of_a_known_queue(tmp_path: Path, clock
     _fill(store, 3)
 
     def recent() -> list[Delivery] | None:
-        done = p.receive_recent(
-            "g", "t", [0], tags=None, batch=32, invisible_ms=1_000, now_ms=clock.now, fifo=False
-        )
+        ask = Ask(tags=None, batch=32, invisible_ms=1_000, now_ms=clock.now, fifo=False)
+        done = p.receive_recent("g", "t", [0], ask)
         return None if done is None else done[0]
 
     assert recent() is None, "a group new to the queue opens in a thread"

@@ -31,7 +31,7 @@ from txmq import errors, limits
 from txmq.broker.delivery import DeadLetter
 from txmq.broker.flow import ByteBudget
 from txmq.broker.metrics import Metrics
-from txmq.broker.offsets import ConsumerPositions, Delivery
+from txmq.broker.offsets import Ask, ConsumerPositions, Delivery
 from txmq.broker.replies import Handout, Lone, fail, invisible_ms, tags
 from txmq.broker.topics import TopicRegistry
 from txmq.broker.waiters import wait, wake
@@ -158,19 +158,15 @@ class ConsumeCalls:
         if not room:
             return []
         positions = self.positions
-        now = self.now_ms()
-        # Records written lately are in the page cache: read them on the loop.
-        done = positions.receive_recent(
-            group, topic, queue_ids,
-            tags=wanted, batch=batch, invisible_ms=invisible, now_ms=now, fifo=fifo, max_bytes=room,
+        ask = Ask(
+            tags=wanted, batch=batch, invisible_ms=invisible, now_ms=self.now_ms(), fifo=fifo,
+            max_bytes=room,
         )  # fmt: skip
+        # Records written lately are in the page cache: read them on the loop.
+        done = positions.receive_recent(group, topic, queue_ids, ask)
         loop = asyncio.get_running_loop()
         if done is None:
-            receive = functools.partial(
-                positions.receive, group, topic, queue_ids,
-                tags=wanted, batch=batch, invisible_ms=invisible, now_ms=now, fifo=fifo,
-                max_bytes=room,
-            )  # fmt: skip
+            receive = functools.partial(positions.receive, group, topic, queue_ids, ask)
             done = await loop.run_in_executor(self.executor, receive)
         got, dead = done
         for letter in dead:

@@ -114,6 +114,38 @@ class Delivery:
         self.attempt = attempt
 
 
+@dataclass(init=False)
+class Ask:
+    """What a receive asks for: the tags it accepts (None: all), at most ``batch`` messages of
+    at most ``max_bytes`` of records (the first always comes), each leased ``invisible_ms``
+    from ``now_ms``; ``fifo``: the topic's queues deliver each message group in order. One
+    value, not six keywords: a compiled caller passes it without building a dict (issue 17)."""
+
+    tags: Final[frozenset[str] | None]
+    batch: Final[int]
+    invisible_ms: Final[int]
+    now_ms: Final[int]
+    fifo: Final[bool]
+    max_bytes: Final[int]
+
+    def __init__(
+        self,
+        *,
+        tags: frozenset[str] | None,
+        batch: int,
+        invisible_ms: int,
+        now_ms: int,
+        fifo: bool,
+        max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
+    ) -> None:
+        self.tags = tags
+        self.batch = batch
+        self.invisible_ms = invisible_ms
+        self.now_ms = now_ms
+        self.fifo = fifo
+        self.max_bytes = max_bytes
+
+
 class ConsumerPositions:
     def __init__(
         self,
@@ -158,25 +190,13 @@ class ConsumerPositions:
         self.book.clamp(key, lo)
 
     def receive_recent(
-        self,
-        group: str,
-        topic: str,
-        queue_ids: list[int],
-        *,
-        tags: frozenset[str] | None,
-        batch: int,
-        invisible_ms: int,
-        now_ms: int,
-        fifo: bool,
-        max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
+        self, group: str, topic: str, queue_ids: list[int], ask: Ask
     ) -> tuple[list[Delivery], list[DeadLetter]] | None:
         """``receive`` (same arguments) when it reads only records near the end of these
         queues: every queue already has this group's book and ends at most
         RECEIVE_ON_LOOP_LAG_MAX entries past its ack offset (due redeliveries, held FIFO
         messages and new ones all lie in between), so the event loop may run it itself (see
-        limits.py). None, with nothing done, otherwise. Its keywords are spelled out, not
-        ``**kw``: a compiled caller then calls it, and it ``_receive``, without building a
-        dict of them (issue 17)."""
+        limits.py). None, with nothing done, otherwise."""
         keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
             ends = self.store.queue_ends(topic, queue_ids)
@@ -185,44 +205,27 @@ class ConsumerPositions:
                 book = books.get(key)
                 if book is None or end - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
                     return None
-            return self._receive(keys, ends, tags, batch, invisible_ms, now_ms, fifo, max_bytes)
+            return self._receive(keys, ends, ask)
 
     def receive(
-        self,
-        group: str,
-        topic: str,
-        queue_ids: list[int],
-        *,
-        tags: frozenset[str] | None,
-        batch: int,
-        invisible_ms: int,
-        now_ms: int,
-        fifo: bool,
-        max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
+        self, group: str, topic: str, queue_ids: list[int], ask: Ask
     ) -> tuple[list[Delivery], list[DeadLetter]]:
-        """Up to ``batch`` messages: due redeliveries first, then new ones, queue by queue;
-        stops before their records pass ``max_bytes`` (the first always comes), so a stream
-        never holds more than that (broker/flow.py). From any position: the broker calls it in
-        its executor when ``receive_recent`` would not serve it."""
+        """Up to ``ask.batch`` messages: due redeliveries first, then new ones, queue by queue;
+        stops before their records pass ``ask.max_bytes`` (the first always comes), so a
+        stream never holds more than that (broker/flow.py). From any position: the broker
+        calls it in its executor when ``receive_recent`` would not serve it."""
         keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
-            ends = self.store.queue_ends(topic, queue_ids)
-            return self._receive(keys, ends, tags, batch, invisible_ms, now_ms, fifo, max_bytes)
+            return self._receive(keys, self.store.queue_ends(topic, queue_ids), ask)
 
     def _receive(
-        self,
-        keys: list[QueueKey],
-        ends: list[int],
-        tags: frozenset[str] | None,
-        batch: int,
-        invisible_ms: int,
-        now_ms: int,
-        fifo: bool,
-        max_bytes: int,
+        self, keys: list[QueueKey], ends: list[int], ask: Ask
     ) -> tuple[list[Delivery], list[DeadLetter]]:
         """``receive`` under ``_lock``, each queue's end read once (``ends``). A queue
         with nothing due, nothing held and nothing new before its end is skipped unread: the
         common case of a long poll's first look, once per queue of the topic."""
+        tags, batch, invisible_ms, now_ms = ask.tags, ask.batch, ask.invisible_ms, ask.now_ms
+        fifo, max_bytes = ask.fifo, ask.max_bytes
         invariant(1 <= batch <= limits.RECEIVE_BATCH_MAX, "batch out of range")
         out: list[Delivery] = []
         dead: list[DeadLetter] = []

@@ -22,6 +22,8 @@ from txmq.protocol import mapping
 log = logging.getLogger("txmq.broker")
 # Replies copy it (CopyFrom); nothing changes it.
 _OK: Final = mapping.status()
+# A receive's first reply, the same each time: gRPC only serializes it, nothing changes it.
+_FIRST: Final = sv.ReceiveMessageResponse(status=_OK)
 
 
 def client_id(context: Any) -> str:
@@ -98,9 +100,7 @@ class Handout:
         self._taken = 0
         self._sent += 1
         if self._sent == 1:
-            first = sv.ReceiveMessageResponse()
-            first.status.CopyFrom(_OK)
-            return first
+            return _FIRST
         if self._sent == 2:
             stamp = sv.ReceiveMessageResponse()
             mapping.set_timestamp(stamp.delivery_timestamp, self._now_ms)
