@@ -80,7 +80,11 @@ def _receive_request(topic: str, *, poll_ms: int = 0, tags: str = "*", batch: in
 
 
 async def _receive(r: ConsumeRpcs, req: Any) -> list[Any]:
-    return [item async for item in r.ReceiveMessage(req, None)]
+    """The replies as the client reads them (a message's reply comes as its bytes)."""
+    return [
+        sv.ReceiveMessageResponse.FromString(item) if isinstance(item, bytes) else item
+        async for item in r.ReceiveMessage(req, None)
+    ]
 
 
 async def test_receive_reply_shape_and_ack_statuses(rpcs: ConsumeRpcs, clock: Clock) -> None:

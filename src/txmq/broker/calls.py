@@ -3,10 +3,12 @@ keeps the call's metadata, and the request deserializer.
 
 Owns: ``Lookup``, the generic handler ``decode.add_messaging_service`` registers (gRPC calls its
 ``service`` with the call's details); ``Parse``, a request deserializer that turns a
-DecodeError into the stand-in it is given (decode.py's ``Undecodable``); ``keep_metadata`` and
-``call_metadata``: gRPC builds a call's metadata tuple once, for the handler lookup, and
-``context.invocation_metadata()`` builds it again (a namedtuple per header, ~18 on an official
-client's call), so the lookup keeps the first one for the call's task.
+DecodeError into the stand-in it is given (decode.py's ``Undecodable``); ``Serialize``, the
+server streams' reply serializer, which passes a reply written as bytes already through;
+``keep_metadata`` and ``call_metadata``: gRPC builds a call's metadata tuple once, for the
+handler lookup, and ``context.invocation_metadata()`` builds it again (a namedtuple per
+header, ~18 on an official client's call), so the lookup keeps the first one for the call's
+task.
 Why a module of its own: gRPC calls these as plain callables and inspects only the handlers,
 so they are compiled (docs/adr/0007) and run no Python frame (four lookups and four parses
 per transaction; issue 17, eleventh pass); decode.py, whose handler wrappers gRPC inspects,
@@ -71,3 +73,13 @@ class Parse:
             return self._from_string(raw)
         except DecodeError as exc:
             return self._refuse(self._cls, str(exc))
+
+
+class Serialize:
+    """A server stream's reply serializer: a protobuf reply's ``SerializeToString``, or a reply
+    its handler wrote as bytes already (replies.Handout's messages) as it is."""
+
+    def __call__(self, reply: Any) -> Any:
+        if isinstance(reply, bytes):
+            return reply
+        return reply.SerializeToString()

@@ -21,7 +21,7 @@ import grpc
 from google.protobuf import message_factory
 from rocketmq.grpc_protocol import service_pb2 as sv
 
-from txmq.broker.calls import Lookup, Parse
+from txmq.broker.calls import Lookup, Parse, Serialize
 from txmq.errors import BadRequestError
 from txmq.protocol import mapping
 
@@ -77,8 +77,9 @@ def add_messaging_service(servicer: Any, server: Any) -> None:
                 behavior, request_deserializer=parse, response_serializer=serialize
             )
         elif method.server_streaming:
+            # ReceiveMessage's messages come as their replies' bytes (replies.Handout).
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _server_stream(behavior, response), parse, serialize
+                _server_stream(behavior, response), parse, Serialize()
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(

@@ -64,12 +64,13 @@ def invisible_ms(request: Any, default_ms: int = 30_000) -> int:
 
 class Handout:
     """The replies of a ReceiveMessage that found messages: the status, the delivery timestamp,
-    then each message. Each record's bytes count against the flow-control budget until gRPC
-    has taken its message (the stream asks for the next reply only once the previous one was
-    taken: gRPC writes wait for the client's HTTP/2 window), and a record is dropped as soon as
-    its protobuf exists, so a reader that stalls pins at most what is left of its own batch
-    (broker/flow.py). ``close`` gives back what is still held. A compiled iterator, not an
-    async generator in consume.py: no Python frame per reply (issue 17, eleventh pass)."""
+    then each message (as its reply's bytes). Each record's bytes count against the
+    flow-control budget until gRPC has taken its message (the stream asks for the next reply
+    only once the previous one was taken: gRPC writes wait for the client's HTTP/2 window), and
+    a record is dropped as soon as its reply exists, so a reader that stalls pins at most what
+    is left of its own batch (broker/flow.py). ``close`` gives back what is still held. A
+    compiled iterator, not an async generator in consume.py: no Python frame per reply (issue
+    17, eleventh pass)."""
 
     def __init__(
         self,
@@ -110,16 +111,15 @@ class Handout:
             raise StopIteration
         d = self._got.pop()
         self._taken = d.record.size
-        reply = sv.ReceiveMessageResponse()
-        mapping.message_from_record(  # filled in place: the keyword would copy it once more
+        # The reply's bytes, written directly (no protobuf object; gRPC's serializer passes
+        # bytes through: calls.Serialize).
+        return mapping.received_message_wire(
             d.record,
             receipt_handle=d.receipt_handle,
             delivery_attempt=d.attempt,
             invisible_ms=self._invisible,
             message_type=self._message_type,
-            into=reply.message,
         )
-        return reply
 
     def _give(self, nbytes: int) -> None:
         if nbytes:

@@ -1,0 +1,115 @@
+"""A delivered message written straight to its reply's bytes (``received_message_wire``) is the
+reply ``message_from_record`` builds: the same message once parsed, for any record (names,
+keys, tags, properties, internal ones included, timestamps, queue ids and offsets, bodies), and
+the same bytes where protobuf's own order is fixed (at most one user property)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rocketmq.grpc_protocol import service_pb2 as sv
+
+from tests.unit.test_protocol_mapping import record
+from txmq.model import (
+    PROP_DELIVERY_TIMESTAMP_MS,
+    PROP_MESSAGE_GROUP,
+    PROP_TRANSACTION_ID,
+    MessageType,
+    Record,
+    TxnFlag,
+)
+from txmq.protocol import mapping
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_MS = st.integers(min_value=0, max_value=2**45)
+
+
+@st.composite
+def _records(draw: Any) -> Record:
+    props = draw(st.dictionaries(_TEXT.filter(bool), _TEXT, max_size=4))
+    if draw(st.booleans()):
+        props[PROP_MESSAGE_GROUP] = draw(_TEXT)
+    if draw(st.booleans()):
+        props[PROP_DELIVERY_TIMESTAMP_MS] = str(draw(_MS))
+    if draw(st.booleans()):
+        props[PROP_TRANSACTION_ID] = draw(_TEXT)  # internal: never shown to consumers
+    return Record(
+        topic=draw(_TEXT.filter(bool)),
+        queue_id=draw(st.integers(min_value=0, max_value=2**31 - 1)),
+        queue_offset=draw(st.integers(min_value=0, max_value=2**63 - 1)),
+        physical_offset=draw(st.integers(min_value=0, max_value=2**40)),
+        size=draw(st.integers(min_value=1, max_value=2**20)),
+        flag=TxnFlag.NORMAL,
+        store_timestamp_ms=draw(_MS),
+        born_timestamp_ms=draw(_MS),
+        born_host=draw(_TEXT),
+        reconsume_times=0,
+        prepared_offset=-1,
+        message_id=draw(_TEXT),
+        tag=draw(_TEXT),
+        keys=tuple(draw(st.lists(_TEXT, max_size=3))),
+        properties=MappingProxyType(props),
+        body=draw(st.binary(max_size=300)),
+    )
+
+
+def _both(rec: Record, handle: str, attempt: int, invisible: int, mtype: MessageType) -> Any:
+    wire = mapping.received_message_wire(
+        rec,
+        receipt_handle=handle,
+        delivery_attempt=attempt,
+        invisible_ms=invisible,
+        message_type=mtype,
+    )
+    built = sv.ReceiveMessageResponse()
+    mapping.message_from_record(
+        rec,
+        receipt_handle=handle,
+        delivery_attempt=attempt,
+        invisible_ms=invisible,
+        message_type=mtype,
+        into=built.message,
+    )
+    return wire, built
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _records(),
+    _TEXT,
+    st.integers(min_value=0, max_value=2**31 - 1),
+    st.integers(min_value=0, max_value=2**40),
+    st.sampled_from(list(MessageType)),
+)
+def test_the_bytes_are_the_reply_message_from_record_builds(
+    rec: Record, handle: str, attempt: int, invisible: int, mtype: MessageType
+) -> None:
+    wire, built = _both(rec, handle, attempt, invisible, mtype)
+    assert sv.ReceiveMessageResponse.FromString(wire) == built
+    users = [k for k in rec.properties if not mapping.is_internal_property(k)]
+    if len(users) <= 1:
+        assert wire == built.SerializeToString()
+
+
+def test_a_transactional_message_as_delivered() -> None:
+    rec = record(
+        queue_id=3,
+        queue_offset=0,
+        flag=TxnFlag.COMMIT,
+        born_timestamp_ms=0,
+        born_host="",
+        tag="",
+        keys=(),
+        properties=MappingProxyType({PROP_TRANSACTION_ID: "tx-1", "region": "eu"}),
+        body=b"x" * 1024,
+    )
+    wire, built = _both(rec, "handle-1", 1, 30_000, MessageType.TRANSACTION)
+    parsed = sv.ReceiveMessageResponse.FromString(wire)
+    assert parsed == built and wire == built.SerializeToString()
+    sp = parsed.message.system_properties
+    assert sp.HasField("tag") and sp.tag == "" and sp.queue_offset == 0
+    assert sp.born_timestamp.seconds == 1_700_000_000 and sp.born_timestamp.nanos == 250_000_000
+    assert dict(parsed.message.user_properties) == {"region": "eu"}
