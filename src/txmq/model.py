@@ -146,6 +146,10 @@ class RecordDraft:
     reconsume_times: Final[int]
     # For COMMIT/ROLLBACK records: the physical offset of the half record they decide.
     prepared_offset: Final[int]
+    # ``properties`` as the record's properties block (format/properties.properties_json),
+    # where the builder has it (a half and its commit, txn/records.py); empty: the encoder
+    # encodes ``properties``. Never anything but the encoding of ``properties``.
+    properties_block: Final[bytes]
 
     def __init__(
         self,
@@ -161,6 +165,7 @@ class RecordDraft:
         born_host: str = "",
         reconsume_times: int = 0,
         prepared_offset: int = -1,
+        properties_block: bytes = b"",
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
@@ -174,6 +179,7 @@ class RecordDraft:
         self.born_host = born_host
         self.reconsume_times = reconsume_times
         self.prepared_offset = prepared_offset
+        self.properties_block = properties_block
 
     def in_queue(self, queue_id: int) -> RecordDraft:
         """This draft for ``queue_id``: ``dataclasses.replace`` without its getattr per field."""
@@ -190,6 +196,7 @@ class RecordDraft:
             self.born_host,
             self.reconsume_times,
             self.prepared_offset,
+            self.properties_block,
         )
 
 
@@ -380,9 +387,11 @@ def message_draft(
     flag: TxnFlag = TxnFlag.NORMAL,
     prepared_offset: int = -1,
     reconsume_times: int | None = None,
+    properties_block: bytes = b"",
 ) -> RecordDraft:
     """The same message (id, body, tag, keys, born time and host) as a new draft elsewhere: a
-    commit into its real topic, a delay release, a dead copy, a DLQ copy."""
+    commit into its real topic, a delay release, a dead copy, a DLQ copy. ``properties_block``:
+    ``properties`` encoded, where the caller has it (RecordDraft)."""
     return RecordDraft(
         topic=topic,
         queue_id=queue_id,
@@ -396,6 +405,7 @@ def message_draft(
         born_host=rec.born_host,
         reconsume_times=rec.reconsume_times if reconsume_times is None else reconsume_times,
         prepared_offset=prepared_offset,
+        properties_block=properties_block,
     )
 
 

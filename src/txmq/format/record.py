@@ -104,6 +104,10 @@ _I64_INTO: Final = _I64.pack_into
 _HEAD_INTO: Final = _HEAD.pack_into
 _HEAD_FROM: Final = _HEAD.unpack_from
 _CRC: Final = crc32c.crc32c
+# Short u16 lengths packed once (a tuple index, not a pack call, per string field), and the
+# record joined straight into the bytearray ``place`` fills in, not joined then copied (issue 17).
+_U16_SHORT: Final = tuple(_U16.pack(n) for n in range(256))
+_BYTEARRAY_JOIN: Final = bytearray().join
 
 
 class Entry(NamedTuple):
@@ -162,31 +166,33 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
         host = draft.born_host.encode()[: limits.BORN_HOST_LENGTH_MAX]
         message_id = draft.message_id.encode()
         tag = draft.tag.encode()
-        keys = _join_keys(draft.keys)
+        keys = "\0".join(draft.keys).encode()  # validate_draft refuses a NUL inside a key
     except UnicodeEncodeError as exc:
         # Only a str built in Python can hold a lone surrogate (protobuf strings cannot), but
         # the store is a library too: refuse it as input, never as a crash.
         raise BadRequestError(f"a text field is not encodable as UTF-8: {exc}") from exc
-    properties = draft.properties
-    props = properties_json(properties if type(properties) is dict else dict(properties))
+    properties, props = draft.properties, draft.properties_block  # the builder's encoding
+    if not props:  # (a half and its commit have one, txn/records.py), else encoded here
+        props = properties_json(properties if type(properties) is dict else dict(properties))
     if len(props) > limits.PROPERTIES_SIZE_MAX:
         raise MessagePropertiesTooLargeError(len(props), limits.PROPERTIES_SIZE_MAX)
-    invariant(
-        max(len(topic), len(host), len(message_id), len(tag), len(keys)) < 65536,
-        "string field too long for a u16 length",
-    )
-    body = draft.body  # then one join of a fixed tuple: no appends, no loop (issue 17)
-    parts = (
+    parts = (  # one join of a fixed tuple: no appends, no loop (issue 17)
         _ZERO_HEAD,
-        _PACK_FIXED(int(draft.flag), 0, draft.queue_id, queue_offset, -1, draft.born_timestamp_ms,
+        _PACK_FIXED(draft.flag, 0, draft.queue_id, queue_offset, -1, draft.born_timestamp_ms,
                     store_timestamp_ms, draft.reconsume_times, draft.prepared_offset),
-        _PACK_U16(len(topic)), topic, _PACK_U16(len(host)), host,
-        _PACK_U16(len(message_id)), message_id, _PACK_U16(len(tag)), tag,
-        _PACK_U16(len(keys)), keys, _PACK_U32(len(props)), props, _PACK_U32(len(body)), body,
+        _len16(topic), topic, _len16(host), host, _len16(message_id), message_id, _len16(tag), tag,
+        _len16(keys), keys, _PACK_U32(len(props)), props, _PACK_U32(len(draft.body)), draft.body,
     )  # fmt: skip
-    buf = bytearray(b"".join(parts))
+    buf = _BYTEARRAY_JOIN(parts)
     invariant(len(buf) <= limits.RECORD_SIZE_MAX, "record exceeds RECORD_SIZE_MAX")
     return buf
+
+
+def _len16(field: bytes) -> bytes:
+    """The u16 length prefix of a string field."""
+    n = len(field)
+    invariant(n < 65536, "string field too long for a u16 length")
+    return _U16_SHORT[n] if n < 256 else _PACK_U16(n)
 
 
 def place(buf: bytearray, physical_offset: int, *, batch_left: int = 0) -> bytes:
@@ -195,12 +201,12 @@ def place(buf: bytearray, physical_offset: int, *, batch_left: int = 0) -> bytes
     invariant(0 <= batch_left < 65536, "batch too long for a u16 count")
     _U16_INTO(buf, BATCH_LEFT_AT, batch_left)
     _I64_INTO(buf, PHYSICAL_OFFSET_AT, physical_offset)
-    crc = _CRC(memoryview(buf)[HEAD_SIZE:])
-    _HEAD_INTO(buf, 0, len(buf), RECORD_MAGIC, crc)
+    covered = memoryview(buf)[HEAD_SIZE:]  # one view for the CRC and its paired check
+    _HEAD_INTO(buf, 0, len(buf), RECORD_MAGIC, _CRC(covered))
     # Paired check, write side: what we produced must verify the way a reader verifies it.
     size, magic, stored = _HEAD_FROM(buf, 0)
     invariant(size == len(buf) and magic == RECORD_MAGIC, "record header mismatch")
-    invariant(stored == _CRC(memoryview(buf)[HEAD_SIZE:]), "record CRC mismatch")
+    invariant(stored == _CRC(covered), "record CRC mismatch")
     return bytes(buf)
 
 
@@ -433,11 +439,6 @@ def frames(blob: bytes | bytearray | memoryview) -> list[int]:
         starts.append(pos)
         pos = after
     return starts
-
-
-def _join_keys(keys: tuple[str, ...]) -> bytes:
-    """Keys as UTF-8 joined by NUL (validate_draft refuses a NUL inside a key)."""
-    return "\0".join(keys).encode()
 
 
 def _split_keys(raw: bytes) -> tuple[str, ...]:

@@ -137,9 +137,9 @@ class Transactions(TxnViews):
         self._checks_sent = 0
         self._check_errors = 0
         self._outcomes: dict[str, int] = {}
-        # Recent half records by transaction id (bounded in bytes): most decisions arrive
-        # milliseconds after the prepare, so the commit then needs no read from disk.
-        self._halves: OrderedDict[str, Record] = OrderedDict()
+        # Recent half records by transaction id (bounded in bytes), with their properties
+        # block: most decisions arrive milliseconds after the prepare, so needs no read.
+        self._halves: OrderedDict[str, tuple[Record, bytes]] = OrderedDict()
         self._halves_bytes = 0
         self._recover()
 
@@ -212,7 +212,7 @@ class Transactions(TxnViews):
             )
             with self._lock:
                 self.book.add(txn)
-                self._cache_half(stored)
+                self._cache_half(stored, half.properties_block)
         finally:
             with self._lock:
                 self._preparing.discard(tid)
@@ -303,24 +303,24 @@ class Transactions(TxnViews):
         if self._deciding_waits:  # Condition.notify_all runs a few Python frames even idle
             self._decided.notify_all()
 
-    def _half(self, txn: Txn) -> Record:
+    def _half(self, txn: Txn) -> tuple[Record, bytes]:
+        """The half record and its properties block (empty when read from the log)."""
         with self._lock:
             half = self._halves.get(txn.transaction_id)
-        return self.store.read_at(txn.half_offset, held=True) if half is None else half
+        return (self.store.read_at(txn.half_offset, held=True), b"") if half is None else half
 
-    def _cache_half(self, half: Record) -> None:
+    def _cache_half(self, half: Record, block: bytes) -> None:
         """Under the lock."""
-        self._halves[half.properties[PROP_TRANSACTION_ID]] = half
+        self._halves[half.properties[PROP_TRANSACTION_ID]] = (half, block)
         self._halves_bytes += half.size
         while self._halves_bytes > limits.TRANSACTION_HALF_CACHE_BYTES:
-            _, old = self._halves.popitem(last=False)
+            _, (old, _) = self._halves.popitem(last=False)
             self._halves_bytes -= old.size
 
     def _uncache_half(self, transaction_id: str) -> None:
         """Under the lock."""
-        half = self._halves.pop(transaction_id, None)
-        if half is not None:
-            self._halves_bytes -= half.size
+        if (cached := self._halves.pop(transaction_id, None)) is not None:
+            self._halves_bytes -= cached[0].size
 
     def _append_decision(self, txn: Txn, outcome: Outcome, source: DecisionSource) -> Pending:
         if outcome is Outcome.ROLLED_BACK and source is not DecisionSource.MAX_CHECKS:
@@ -331,14 +331,14 @@ class Transactions(TxnViews):
             raise InvalidTransactionIdError(
                 txn.transaction_id, "its half message was deleted by retention"
             )
-        half = self._half(txn)
+        half, block = self._half(txn)
         invariant(
             half.flag is TxnFlag.PREPARED
             and half.properties.get(PROP_TRANSACTION_ID) == txn.transaction_id,
             "a decision must point at its own half record",
         )
         if outcome is Outcome.COMMITTED:
-            return self.store.append_many_nowait(records.commit_drafts(half, source))
+            return self.store.append_many_nowait(records.commit_drafts(half, source, block))
         return self.store.append_many_nowait(records.rollback_drafts(txn, source, half))
 
     # --- Check-back. ---------------------------------------------------------------------------
@@ -416,7 +416,7 @@ class Transactions(TxnViews):
         txn = due.txn
         if due.give_up:
             return TickDecision(txn, False, DecisionSource.MAX_CHECKS)
-        half = self._half(txn)
+        half, _ = self._half(txn)
         outcome = self._run_resolvers(txn, half)
         if outcome is not None:
             return TickDecision(txn, outcome is Outcome.COMMITTED, DecisionSource.CHECK_BACK)
