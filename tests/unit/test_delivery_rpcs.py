@@ -102,7 +102,7 @@ async def test_receive_reply_shape_and_ack_statuses(rpcs: ConsumeRpcs, clock: Cl
     ack.group.name = "g"
     ack.entries.add(message_id="m", receipt_handle=msg.system_properties.receipt_handle)
     ack.entries.add(message_id="x", receipt_handle="forged")
-    res = await rpcs.AckMessage(ack, None)
+    res = sv.AckMessageResponse.FromString(await rpcs.AckMessage(ack, None))
     assert [e.status.code for e in res.entries] == [
         errors.CODE_OK,
         errors.CODE_INVALID_RECEIPT_HANDLE,

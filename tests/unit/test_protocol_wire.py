@@ -1,7 +1,8 @@
 """A delivered message written straight to its reply's bytes (``received_message_wire``) is the
 reply ``message_from_record`` builds: the same message once parsed, for any record (names,
 keys, tags, properties, internal ones included, timestamps, queue ids and offsets, bodies), and
-the same bytes where protobuf's own order is fixed (at most one user property)."""
+the same bytes where protobuf's own order is fixed (at most one user property); an ack's reply
+written as bytes (``ack_reply_wire``) is the AckMessageResponse protobuf builds."""
 
 from __future__ import annotations
 
@@ -113,3 +114,24 @@ def test_a_transactional_message_as_delivered() -> None:
     assert sp.HasField("tag") and sp.tag == "" and sp.queue_offset == 0
     assert sp.born_timestamp.seconds == 1_700_000_000 and sp.born_timestamp.nanos == 250_000_000
     assert dict(parsed.message.user_properties) == {"region": "eu"}
+
+
+_STATUSES = st.sampled_from(
+    [mapping.status(), mapping.status(40000, "bad"), mapping.status(40012, "é" * 200)]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, _STATUSES), max_size=5), _STATUSES)
+def test_an_ack_reply_is_the_response_protobuf_builds(entries: list[Any], top: Any) -> None:
+    built = sv.AckMessageResponse()
+    built.status.CopyFrom(top)
+    for message_id, handle, status in entries:
+        entry = built.entries.add()
+        entry.message_id, entry.receipt_handle = message_id, handle
+        entry.status.CopyFrom(status)
+    wire = mapping.ack_reply_wire(
+        [(m, h, s.SerializeToString()) for m, h, s in entries], top.SerializeToString()
+    )
+    assert sv.AckMessageResponse.FromString(wire) == built
+    assert wire == built.SerializeToString()

@@ -42,8 +42,8 @@ from txmq.protocol import mapping
 log = logging.getLogger("txmq.broker.consume")
 # Long polls also wake this often, because expired leases become due without any append.
 REDELIVERY_POLL_S: Final = 0.5
-# Replies copy it (CopyFrom); nothing changes it.
-_OK: Final = mapping.status()
+# An OK Status's bytes (an ack's reply and its entries carry it).
+_OK_WIRE: Final[bytes] = mapping.status().SerializeToString()
 
 
 class ConsumeCalls:
@@ -181,32 +181,29 @@ class ConsumeCalls:
     # --- Unary handlers. -------------------------------------------------------------------------
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
+        """The reply as its bytes (mapping.ack_reply_wire; decode.py's serializer passes them
+        through): an AckMessageResponse built field by field costs a upb call per field."""
         if len(request.entries) > limits.ACK_ENTRIES_MAX:
             too_many = BadRequestError(f"at most {limits.ACK_ENTRIES_MAX} entries per AckMessage")
-            return sv.AckMessageResponse(status=fail(too_many))
-        # Filled in place (entries.add, statuses copied from one OK), not built from keyword
-        # arguments, which copy every entry once more (issue 17).
-        reply = sv.AckMessageResponse()
-        top = None
+            return mapping.ack_reply_wire([], fail(too_many).SerializeToString())
+        top: bytes | None = None  # the first entry's failure, the reply's status then
+        done: list[tuple[str, str, bytes]] = []
         group = request.group.name
         positions, acks = self.positions, self.metrics.acks
         for e in request.entries:
-            entry = reply.entries.add()
-            entry.message_id = e.message_id
             handle = e.receipt_handle
-            entry.receipt_handle = handle
             try:
                 # In memory only (a receipt check and the delivery book), so it runs on the
                 # loop: an executor round trip costs more CPU than the ack itself.
                 positions.ack(group, handle)
-                entry.status.CopyFrom(_OK)
+                status = _OK_WIRE
                 acks.inc()
             except Exception as exc:
-                entry.status.CopyFrom(fail(exc))
+                status = fail(exc).SerializeToString()
                 if top is None:
-                    top = entry.status
-        reply.status.CopyFrom(_OK if top is None else top)
-        return reply
+                    top = status
+            done.append((e.message_id, handle, status))
+        return mapping.ack_reply_wire(done, _OK_WIRE if top is None else top)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         try:

@@ -26,6 +26,8 @@ from txmq.errors import BadRequestError
 from txmq.protocol import mapping
 
 SERVICE = sv.DESCRIPTOR.services_by_name["MessagingService"]
+# Unary RPCs whose handler may return its reply's bytes (calls.Serialize passes them through).
+_BYTES_REPLIES = frozenset({"AckMessage"})
 
 
 class Undecodable:
@@ -82,8 +84,10 @@ def add_messaging_service(servicer: Any, server: Any) -> None:
                 _server_stream(behavior, response), parse, Serialize()
             )
         else:
+            # AckMessage answers with its reply's bytes (consume_rpcs.py).
+            out = Serialize() if method.name in _BYTES_REPLIES else serialize
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(behavior, response), parse, serialize
+                _unary(behavior, response), parse, out
             )
     paths = {f"/{SERVICE.full_name}/{k}": v for k, v in handlers.items()}
     server.add_generic_rpc_handlers((Lookup(str(SERVICE.full_name), paths),))

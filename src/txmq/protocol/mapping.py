@@ -1,9 +1,10 @@
 """Mapping between RocketMQ v2 protobuf messages and txmq model values. Pure: no I/O, no clock.
 
 Owns: protobuf -> RecordDraft (with validation that raises typed errors), Record -> protobuf
-Message (and straight to a ReceiveMessageResponse's bytes: ``received_message_wire``), Status
-construction, Duration/Timestamp helpers. Uses the official client's generated
-stubs (``rocketmq.grpc_protocol``) so both sides agree on every field number.
+Message (and straight to a ReceiveMessageResponse's bytes: ``received_message_wire``; an
+AckMessageResponse's: ``ack_reply_wire``), Status construction, Duration/Timestamp helpers.
+Uses the official client's generated stubs (``rocketmq.grpc_protocol``) so both sides agree on
+every field number.
 Must not: touch the store, sockets or the event loop.
 """
 
@@ -397,3 +398,16 @@ def received_message_wire(
     if rec.body:
         msg.append(_nested(b"\x22", rec.body))
     return _nested(b"\x12", b"".join(msg))
+
+
+def ack_reply_wire(entries: list[tuple[str, str, bytes]], status: bytes) -> bytes:
+    """The bytes of an AckMessageResponse: ``status`` (a Status's bytes) and per entry its
+    message id, receipt handle and Status's bytes, as protobuf writes them (status (1), then
+    entries (2): message_id (1), receipt_handle (2), status (3)); empty texts left out."""
+    out = [_nested(b"\x0a", status)]
+    for message_id, handle, entry_status in entries:
+        entry = (_text(b"\x0a", message_id) if message_id else b"") + (
+            _text(b"\x12", handle) if handle else b""
+        )
+        out.append(_nested(b"\x12", entry + _nested(b"\x1a", entry_status)))
+    return b"".join(out)
