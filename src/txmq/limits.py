@@ -2,8 +2,7 @@
 
 Owns: constants only. TigerStyle: "put a limit on everything". Relationships between limits are
 checked at import time, so an inconsistent edit fails at once rather than under load.
-Configurable values (StoreConfig, BrokerConfig) default to these and are validated against the
-hard maxima here.
+Configurable values (StoreConfig, BrokerConfig) default to these, validated against the maxima.
 """
 
 from __future__ import annotations
@@ -61,15 +60,16 @@ DAMAGED_RECORDS_REPORTED_MAX: Final = 1000
 # 4 MiB of CRC, header and queue-entry checks cost ~43 ms of CPU with 1 KiB records (~4 % of
 # a core, measured), and a 1 GiB log is covered in about four minutes.
 SCRUB_BYTES_PER_STEP: Final = 4 * MiB
-# ... and rests this long after each whole pass (to the end it started from), so no broker re-reads
-# its log without end (bit rot is slow; reads check every record they serve anyway).
+# ... then rests this long after each whole pass (bit rot is slow; reads check what they serve).
 SCRUB_PASS_PAUSE_MS: Final = 10 * 60_000
 # Fixed per-record header bytes are counted in format/record.py; this bounds one encoded record.
 RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
 # ASYNC flush mode: how long an acknowledged write may stay only in the page cache.
 FLUSH_INTERVAL_MS_DEFAULT: Final = 500
-# Group commit: most writers one fsync may cover before the flusher starts another. Bounded so
-# one fsync's latency stays bounded too.
+# Group commit (store/flush.py): after a group of 2+ writes the flusher lingers up to LINGER_US
+# for more, until the group doubles (at most WRITERS_MAX); a lone writer never waits.
+GROUP_COMMIT_LINGER_US_DEFAULT: Final = 4_000
+GROUP_COMMIT_LINGER_US_MAX: Final = 1_000_000
 GROUP_COMMIT_WRITERS_MAX: Final = 4096
 # Retention: whole segments older than this are deleted (RocketMQ's default is 72 h).
 RETENTION_MS_DEFAULT: Final = 72 * 3600 * 1000

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SMALL, Clock
-from txmq.errors import DiskFullError, StoreFencedError
+from txmq.errors import ConfigError, DiskFullError, StoreFencedError
 from txmq.model import FlushMode, RecordDraft
 from txmq.store.disk import FileHandle, WrappedFile
 from txmq.store.flush import Group
@@ -258,3 +258,69 @@ def test_a_group_releases_every_waiting_thread_and_calls_back_once() -> None:
     group.wait()  # done: returns at once
     group.on_done(lambda: calls.append("late"))  # done: runs now, in this thread
     assert calls == ["early", "late"]
+
+
+LINGER = replace(SMALL, group_commit_linger_us=1_000_000)
+
+
+def test_after_a_busy_group_the_flusher_lingers_until_the_group_doubles(clock: Clock) -> None:
+    disk = GatedDisk()
+    s = Store.open(ROOT, LINGER, now_ms=clock, disk=disk)
+    disk.gated = True
+    errors: list[BaseException] = []
+    first = start_writers(s, range(1), errors)
+    assert disk.entered.acquire(timeout=10), "the first writer's fsync started"
+    busy = start_writers(s, range(1, 3), errors)  # two writes: the next group follows a busy one
+    wait_until(lambda: len(s._group._pending) == 2, "two writers wrote and wait")
+    disk.gated = False
+    disk.gate.set()
+    for t in first + busy:
+        t.join(10)
+    assert s._group.syncs == 2 and s._group.lingers == 0, "a group after a lone write: no linger"
+    # The next group follows a group of two: the flusher waits (up to 1 s) for four writes.
+    later = start_writers(s, range(3, 7), errors)
+    for t in later:
+        t.join(10)
+    assert not errors
+    assert s._group.lingers == 1
+    assert s._group.syncs == 3, "the four later writes share one fsync"
+    assert s.queue_offsets("t", 0) == (0, 7)
+    s.close()
+
+
+def test_a_lone_writer_never_lingers(clock: Clock) -> None:
+    s = Store.open(ROOT, LINGER, now_ms=clock, disk=SimDisk())
+    for i in range(20):
+        s.append(draft(i))
+    assert s._group.lingers == 0 and s._group.syncs == 20
+    s.close()
+
+
+def test_close_cuts_a_linger_short_and_keeps_the_lingering_write(clock: Clock) -> None:
+    disk = GatedDisk()
+    s = Store.open(ROOT, LINGER, now_ms=clock, disk=disk)
+    disk.gated = True
+    errors: list[BaseException] = []
+    first = start_writers(s, range(1), errors)
+    assert disk.entered.acquire(timeout=10)
+    busy = start_writers(s, range(1, 3), errors)
+    wait_until(lambda: len(s._group._pending) == 2, "two writers wrote and wait")
+    disk.gated = False
+    disk.gate.set()
+    for t in first + busy:
+        t.join(10)
+    lone = start_writers(s, range(3, 4), errors)  # one of the four the linger waits for
+    wait_until(lambda: s._group.lingers == 1, "the flusher lingers")
+    s.flush()  # urgent: ends the linger (else this would wait out the full second)
+    for t in lone:
+        t.join(10)
+    assert not errors and s._group.syncs == 3
+    assert s.queue_offsets("t", 0) == (0, 4)
+    s.close()
+
+
+def test_linger_is_validated() -> None:
+    with pytest.raises(ConfigError, match="group_commit_linger_us"):
+        replace(SMALL, group_commit_linger_us=-1)
+    with pytest.raises(ConfigError, match="group_commit_linger_us"):
+        replace(SMALL, group_commit_linger_us=1_000_001)

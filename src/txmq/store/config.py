@@ -19,6 +19,8 @@ class StoreConfig:
     retention_ms: int = limits.RETENTION_MS_DEFAULT
     disk_watermark: float = limits.DISK_WATERMARK_DEFAULT
     consume_queue_entries_per_file: int = limits.CONSUME_QUEUE_ENTRIES_PER_FILE
+    # SYNC group commit: see limits.GROUP_COMMIT_LINGER_US_DEFAULT.
+    group_commit_linger_us: int = limits.GROUP_COMMIT_LINGER_US_DEFAULT
 
     def __post_init__(self) -> None:
         if not limits.SEGMENT_SIZE_MIN <= self.segment_size_bytes <= limits.SEGMENT_SIZE_MAX:
@@ -36,5 +38,9 @@ class StoreConfig:
             raise ConfigError("retention_ms must be at least 60000 (one minute)")
         if not 0.0 < self.disk_watermark <= 1.0:
             raise ConfigError("disk_watermark must be in (0, 1]")
+        if not 0 <= self.group_commit_linger_us <= limits.GROUP_COMMIT_LINGER_US_MAX:
+            raise ConfigError(
+                f"group_commit_linger_us must be 0..{limits.GROUP_COMMIT_LINGER_US_MAX}"
+            )
         if self.consume_queue_entries_per_file < 16:
             raise ConfigError("consume_queue_entries_per_file must be >= 16")

@@ -9,8 +9,11 @@ writers staged (``take_writes``: one pwrite per staged write, off the writers' t
 ``sync_log`` (one fdatasync), ``publish``es the entries (to consume queues and the index), moves
 ``durable_end`` and sets the group done. So one fsync serves every writer that arrived
 meanwhile, a record is visible to readers only once durable, and waking a group's writers never
-goes through the writer lock. In ASYNC mode ``add`` publishes at once and the flusher syncs
-once per ``flush_interval_ms`` (or when ``flush`` asks). An ``inline`` group commit (a
+goes through the writer lock. After a group of two or more writes the flusher lingers (up
+to ``linger_us``, or until the group has twice as many writes) before taking the next, so
+concurrent writers share fewer fsyncs (issue 17); a lone writer never waits. In ASYNC mode
+``add`` publishes at once and the flusher syncs once per ``flush_interval_ms`` (or when
+``flush`` asks). An ``inline`` group commit (a
 follower's store: one writer, which waits for each write) does not wake the flusher: its
 writer runs the group in its own thread (``sync_here``), the same steps in the same order; the
 flusher still serves ``flush`` and ``stop``. Groups run one at a time (``_running``).
@@ -30,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from txmq import limits
 from txmq.errors import StoreFencedError, invariant
 from txmq.format.record import Entry
 from txmq.model import AppendResult
@@ -118,6 +122,7 @@ class GroupCommit:
         take_writes: Callable[[], Callable[[], None]],
         after_flush: Callable[[int], None],
         inline: bool = False,
+        linger_us: int = 0,
     ) -> None:
         self.lock = threading.Lock()
         # Held by whoever runs a group (the flusher, or a writer in ``sync_here``), from taking
@@ -138,6 +143,15 @@ class GroupCommit:
         self._wake = threading.Lock()
         self._wake.acquire()  # held except to wake the sleeping flusher
         self._sleeping = False  # the flusher sleeps on ``_wake`` (under ``lock``)
+        # Group commit linger (``_linger``): after a group of two or more writes, the flusher
+        # waits up to ``_linger_s`` before taking the next group, or until ``_linger_target``
+        # writes joined it; only ``flush``, ``stop`` and ``fence`` cut it short otherwise.
+        self._linger_s = linger_us / 1_000_000
+        self._lingering = False
+        self._linger_target = 0
+        self._adds = 0  # writes (``add`` calls) in the group being filled
+        self._last_adds = 0  # writes in the group taken last
+        self.lingers = 0  # lingers the flusher began: lets tests see the policy
         self._durable = threading.Condition(self.lock)
         self._flush_waiters = 0
         self._group = Group()
@@ -184,6 +198,7 @@ class GroupCommit:
             self._publish(entries, end)
             return None
         self._pending.extend(entries)
+        self._adds += 1
         if not self.inline:
             self._wake_flusher()
         return self._group
@@ -202,12 +217,14 @@ class GroupCommit:
         if self._in_flight is not None:
             self._in_flight.set()
         self._durable.notify_all()
-        self._wake_flusher()
+        self._wake_flusher(urgent=True)
 
-    def _wake_flusher(self) -> None:
-        """Wake the flusher if it sleeps (``lock`` held, as when it went to sleep)."""
-        if self._sleeping:
-            self._sleeping = False
+    def _wake_flusher(self, *, urgent: bool = False) -> None:
+        """Wake the flusher if it sleeps, or if it lingers and this is ``urgent`` (flush, stop,
+        fence) or the group reached its linger target (``lock`` held, as when it went to
+        sleep)."""
+        if self._sleeping or (self._lingering and (urgent or self._adds >= self._linger_target)):
+            self._sleeping = self._lingering = False
             self._wake.release()
 
     # --- Called without ``lock``. ----------------------------------------------------------------
@@ -242,7 +259,7 @@ class GroupCommit:
         with self.lock:
             end = self.written_end
             self._flush_requested = True
-            self._wake_flusher()
+            self._wake_flusher(urgent=True)
             self._flush_waiters += 1
             try:
                 while self.durable_end < end and not self.fenced:
@@ -258,7 +275,7 @@ class GroupCommit:
         with self.lock:
             self._stopping = True
             self._halted = not flush
-            self._wake_flusher()
+            self._wake_flusher(urgent=True)
         self._flusher.join(timeout=30)
         invariant(not self._flusher.is_alive(), "flusher did not stop")
 
@@ -266,15 +283,19 @@ class GroupCommit:
 
     def _wait(self) -> bool:
         """Wait until there is a group for the flusher to run; False to exit."""
+        lingered = False
         with self.lock:
             while True:
                 if self._halted or self.fenced:
                     return False
                 has_work = self.written_end > self.durable_end
-                if has_work and (
-                    (self._sync_mode and not self.inline) or self._flush_requested or self._stopping
-                ):
-                    return True
+                urgent = self._flush_requested or self._stopping
+                if has_work and ((self._sync_mode and not self.inline) or urgent):
+                    if lingered or urgent or not self._should_linger():
+                        return True
+                    lingered = True
+                    self._linger()
+                    continue
                 if self._stopping:
                     return False
                 if self._sync_mode:
@@ -282,19 +303,41 @@ class GroupCommit:
                 elif not self._sleep(self._interval_s) and self.written_end > self.durable_end:
                     return True  # The interval passed: flush what ASYNC writers left behind.
 
-    def _sleep(self, timeout_s: float) -> bool:
+    def _should_linger(self) -> bool:
+        """Whether to linger before taking the group now waiting (``lock`` held): only in SYNC
+        mode, when configured, after a group of two or more writes (writers are concurrent, so
+        more are likely on their way), and while the group is below its target. A lone writer
+        never lingers: each of its groups holds one write."""
+        if self._linger_s <= 0.0 or self.inline or self._last_adds < 2:
+            return False
+        self._linger_target = min(2 * self._last_adds, limits.GROUP_COMMIT_WRITERS_MAX)
+        return self._adds < self._linger_target
+
+    def _linger(self) -> None:
+        """Group commit linger (``lock`` held; released while waiting), the delay databases
+        call commit_delay: one fsync for more writes, at the cost of up to ``_linger_s`` more
+        latency for the writes in the group. Writers wake it only once the group reached
+        ``_linger_target`` (one wake per group, not per write)."""
+        self.lingers += 1
+        self._sleep(self._linger_s, linger=True)
+
+    def _sleep(self, timeout_s: float, *, linger: bool = False) -> bool:
         """Release ``lock`` until a writer wakes the flusher (``_wake_flusher``) or ``timeout_s``
         passes (-1: no timeout), then take it again; whether it was woken. Every release of
-        ``_wake`` is taken by the sleep it ended, so the next sleep blocks."""
-        self._sleeping = True
+        ``_wake`` is taken by the sleep it ended, so the next sleep blocks. ``linger``: a
+        linger, which writers end only at the group's target (``_wake_flusher``)."""
+        if linger:
+            self._lingering = True
+        else:
+            self._sleeping = True
         self.lock.release()
         try:
             woken = self._wake.acquire(timeout=timeout_s)
         finally:
             self.lock.acquire()
         if not woken:
-            if self._sleeping:
-                self._sleeping = False  # nobody woke it
+            if self._sleeping or self._lingering:
+                self._sleeping = self._lingering = False  # nobody woke it
             else:
                 # A writer woke it (under ``lock``) after the timeout: take that release.
                 self._wake.acquire()
@@ -306,6 +349,7 @@ class GroupCommit:
         function that writes the log bytes writers staged). Writers that write after this join
         the next group."""
         self._flush_requested = False
+        self._last_adds, self._adds = self._adds, 0
         batch, self._pending = self._pending, []
         group, self._group = self._group, Group()
         self._in_flight = group

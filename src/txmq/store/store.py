@@ -124,6 +124,7 @@ class Store:
             take_writes=self.log.take_staged,
             after_flush=self._after_flush,
             inline=inline_sync,
+            linger_us=config.group_commit_linger_us,
         )
         self._dispatcher.on_disk_full = self._ballast.release
         self._dispatcher.before_growth = self._check_growth
