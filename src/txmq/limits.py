@@ -123,7 +123,7 @@ RECEIVE_BYTES_HELD_MAX: Final = 128 * MiB
 # read cold records from disk, which must not stall the loop, so its receives stay in a thread.
 RECEIVE_ON_LOOP_LAG_MAX: Final = 1024
 # A receipt handle (broker/receipt.py) is base64 of a fixed head, the group and topic names and
-# an HMAC tag: at most 2,090 characters with the name bounds above (4 UTF-8 bytes a character).
+# a keyed tag: at most 2,090 characters with the name bounds above (4 UTF-8 bytes a character).
 # Longer text is refused before it is decoded; receipt.py checks at import that its longest
 # handle fits.
 RECEIPT_HANDLE_LENGTH_MAX: Final = 4 * KiB
