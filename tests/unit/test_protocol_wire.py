@@ -2,7 +2,8 @@
 reply ``message_from_record`` builds: the same message once parsed, for any record (names,
 keys, tags, properties, internal ones included, timestamps, queue ids and offsets, bodies), and
 the same bytes where protobuf's own order is fixed (at most one user property); an ack's reply
-written as bytes (``ack_reply_wire``) is the AckMessageResponse protobuf builds."""
+written as bytes (``ack_reply_wire``) is the AckMessageResponse protobuf builds, a send's
+reply (``send_reply_wire``) the SendMessageResponse."""
 
 from __future__ import annotations
 
@@ -134,4 +135,26 @@ def test_an_ack_reply_is_the_response_protobuf_builds(entries: list[Any], top: A
         [(m, h, s.SerializeToString()) for m, h, s in entries], top.SerializeToString()
     )
     assert sv.AckMessageResponse.FromString(wire) == built
+    assert wire == built.SerializeToString()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_STATUSES, _TEXT, _TEXT, st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+        max_size=5,
+    ),
+    _STATUSES,
+)
+def test_a_send_reply_is_the_response_protobuf_builds(entries: list[Any], top: Any) -> None:
+    built = sv.SendMessageResponse()
+    built.status.CopyFrom(top)
+    for status, message_id, transaction_id, offset in entries:
+        entry = built.entries.add()
+        entry.status.CopyFrom(status)
+        entry.message_id, entry.transaction_id, entry.offset = message_id, transaction_id, offset
+    wire = mapping.send_reply_wire(
+        [(s.SerializeToString(), m, t, o) for s, m, t, o in entries], top.SerializeToString()
+    )
+    assert sv.SendMessageResponse.FromString(wire) == built
     assert wire == built.SerializeToString()

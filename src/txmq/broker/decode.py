@@ -27,7 +27,7 @@ from txmq.protocol import mapping
 
 SERVICE = sv.DESCRIPTOR.services_by_name["MessagingService"]
 # Unary RPCs whose handler may return its reply's bytes (calls.Serialize passes them through).
-_BYTES_REPLIES = frozenset({"AckMessage"})
+_BYTES_REPLIES = frozenset({"AckMessage", "SendMessage", "EndTransaction"})
 
 
 class Undecodable:
@@ -84,7 +84,8 @@ def add_messaging_service(servicer: Any, server: Any) -> None:
                 _server_stream(behavior, response), parse, Serialize()
             )
         else:
-            # AckMessage answers with its reply's bytes (consume_rpcs.py).
+            # AckMessage, SendMessage and EndTransaction answer with their replies' bytes
+            # (consume_rpcs.py, produce_rpcs.py).
             out = Serialize() if method.name in _BYTES_REPLIES else serialize
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                 _unary(behavior, response), parse, out

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Final
 
 from rocketmq.grpc_protocol import service_pb2 as sv
 
@@ -32,10 +32,9 @@ from txmq.model import Outcome, Outgoing
 from txmq.protocol import mapping
 from txmq.txn.steps import DecisionInFlightError
 
-# Replies copy these (CopyFrom) or return them as they are: gRPC only serializes a reply, and
-# nothing here changes one after it is returned.
-_OK = mapping.status()
-_END_OK = sv.EndTransactionResponse(status=_OK)
+# Written into replies as they are (decode.py's serializer passes a reply's bytes through).
+_OK_WIRE: Final[bytes] = mapping.status().SerializeToString()
+_END_OK_WIRE: Final[bytes] = sv.EndTransactionResponse(status=mapping.status()).SerializeToString()
 
 
 class ProduceRpcs:
@@ -89,30 +88,25 @@ class ProduceRpcs:
                 return sv.SendMessageResponse(status=fail(exc))
         return self._send_reply(msgs, outcomes, cid)
 
-    def _send_reply(self, msgs: list[Any], outcomes: list[Any], cid: str) -> Any:
-        """The reply: an entry per message, the top status OK or the first entry's failure.
-        Filled in place (``entries.add``, statuses copied from one OK), not built from
-        keyword arguments, which copy every nested message once more (issue 17)."""
-        reply = sv.SendMessageResponse()
-        top = None
+    def _send_reply(self, msgs: list[Any], outcomes: list[Any], cid: str) -> bytes:
+        """The reply's bytes (mapping.send_reply_wire; decode.py's serializer passes them
+        through): an entry per message, the top status OK or the first entry's failure.
+        Written directly, not filled in as a protobuf message and serialized after (issue 17)."""
+        entries: list[tuple[bytes, str, str, int]] = []
+        top: bytes | None = None
         for msg, got in zip(msgs, outcomes, strict=True):
-            entry = reply.entries.add()
             if isinstance(got, Exception):
-                entry.status.CopyFrom(fail(got))
-                entry.message_id = msg.system_properties.message_id
+                status = fail(got).SerializeToString()
+                entries.append((status, msg.system_properties.message_id, "", 0))
                 if top is None:
-                    top = entry.status
+                    top = status
                 continue
             if got.deliverable:
                 self.notify(got.topic, got.queue_id)
             if got.transaction_id and cid:
                 self.clients.note_publisher(cid, got.topic)
-            entry.status.CopyFrom(_OK)
-            entry.message_id = got.message_id
-            entry.transaction_id = got.transaction_id
-            entry.offset = max(0, got.queue_offset)
-        reply.status.CopyFrom(_OK if top is None else top)
-        return reply
+            entries.append((_OK_WIRE, got.message_id, got.transaction_id, max(0, got.queue_offset)))
+        return mapping.send_reply_wire(entries, _OK_WIRE if top is None else top)
 
     def _outgoing(self, msg: Any, peer: str) -> Outgoing | Exception:
         """One SendMessage entry as the send path takes it, or the error refusing it."""
@@ -139,7 +133,7 @@ class ProduceRpcs:
             if decided.outcome is Outcome.COMMITTED:
                 # The commit record is the message entering its queue: wake that topic.
                 self.notify(decided.topic, -1)
-            return _END_OK
+            return _END_OK_WIRE
         except asyncio.CancelledError:
             raise
         except Exception as exc:

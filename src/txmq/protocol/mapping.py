@@ -2,7 +2,8 @@
 
 Owns: protobuf -> RecordDraft (with validation that raises typed errors), Record -> protobuf
 Message (and straight to a ReceiveMessageResponse's bytes: ``received_message_wire``; an
-AckMessageResponse's: ``ack_reply_wire``), Status construction, Duration/Timestamp helpers.
+AckMessageResponse's: ``ack_reply_wire``; a SendMessageResponse's: ``send_reply_wire``), Status
+construction, Duration/Timestamp helpers.
 Uses the official client's generated stubs (``rocketmq.grpc_protocol``) so both sides agree on
 every field number.
 Must not: touch the store, sockets or the event loop.
@@ -410,4 +411,22 @@ def ack_reply_wire(entries: list[tuple[str, str, bytes]], status: bytes) -> byte
             _text(b"\x12", handle) if handle else b""
         )
         out.append(_nested(b"\x12", entry + _nested(b"\x1a", entry_status)))
+    return b"".join(out)
+
+
+def send_reply_wire(entries: list[tuple[bytes, str, str, int]], status: bytes) -> bytes:
+    """The bytes of a SendMessageResponse: ``status`` (a Status's bytes) and per entry its
+    Status's bytes, message id, transaction id and queue offset, as protobuf writes them
+    (status (1), then entries (2): status (1), message_id (2), transaction_id (3), offset (4));
+    empty texts and a zero offset left out. Its fields set one by one from Python and then
+    serialized cost ~18k instructions per send (issue 17)."""
+    out = [_nested(b"\x0a", status)]
+    for entry_status, message_id, transaction_id, offset in entries:
+        entry = (
+            _nested(b"\x0a", entry_status)
+            + (_text(b"\x12", message_id) if message_id else b"")
+            + (_text(b"\x1a", transaction_id) if transaction_id else b"")
+            + (b"\x20" + _varint(offset) if offset else b"")
+        )
+        out.append(_nested(b"\x12", entry))
     return b"".join(out)
