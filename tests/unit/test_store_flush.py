@@ -263,9 +263,10 @@ def test_a_group_releases_every_waiting_thread_and_calls_back_once() -> None:
 LINGER = replace(SMALL, group_commit_linger_us=1_000_000)
 
 
-def test_after_a_busy_group_the_flusher_lingers_until_the_group_doubles(clock: Clock) -> None:
+def after_a_busy_group() -> Store:
+    """A store with a 1 s linger whose last group held two writes (the next one lingers)."""
     disk = GatedDisk()
-    s = Store.open(ROOT, LINGER, now_ms=clock, disk=disk)
+    s = Store.open(ROOT, LINGER, now_ms=Clock(), disk=disk)
     disk.gated = True
     errors: list[BaseException] = []
     first = start_writers(s, range(1), errors)
@@ -276,8 +277,15 @@ def test_after_a_busy_group_the_flusher_lingers_until_the_group_doubles(clock: C
     disk.gate.set()
     for t in first + busy:
         t.join(10)
+    assert not errors
     assert s._group.syncs == 2 and s._group.lingers == 0, "a group after a lone write: no linger"
+    return s
+
+
+def test_after_a_busy_group_the_flusher_lingers_until_the_group_doubles() -> None:
+    s = after_a_busy_group()
     # The next group follows a group of two: the flusher waits (up to 1 s) for four writes.
+    errors: list[BaseException] = []
     later = start_writers(s, range(3, 7), errors)
     for t in later:
         t.join(10)
@@ -296,19 +304,9 @@ def test_a_lone_writer_never_lingers(clock: Clock) -> None:
     s.close()
 
 
-def test_close_cuts_a_linger_short_and_keeps_the_lingering_write(clock: Clock) -> None:
-    disk = GatedDisk()
-    s = Store.open(ROOT, LINGER, now_ms=clock, disk=disk)
-    disk.gated = True
+def test_flush_cuts_a_linger_short_and_keeps_the_lingering_write() -> None:
+    s = after_a_busy_group()
     errors: list[BaseException] = []
-    first = start_writers(s, range(1), errors)
-    assert disk.entered.acquire(timeout=10)
-    busy = start_writers(s, range(1, 3), errors)
-    wait_until(lambda: len(s._group._pending) == 2, "two writers wrote and wait")
-    disk.gated = False
-    disk.gate.set()
-    for t in first + busy:
-        t.join(10)
     lone = start_writers(s, range(3, 4), errors)  # one of the four the linger waits for
     wait_until(lambda: s._group.lingers == 1, "the flusher lingers")
     s.flush()  # urgent: ends the linger (else this would wait out the full second)
