@@ -163,6 +163,15 @@ def test_a_leader_whose_loop_stalls_past_its_bound_lets_its_lease_lapse(
     asyncio.run(main())
 
 
+def test_revoking_a_lease_etcd_no_longer_has_is_no_error(
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    etcd = Etcd(etcd_endpoint)
+    lease, _ = etcd.grant(1_000)
+    etcd.revoke(lease)
+    etcd.revoke(lease)  # gone already (as after a lapse): the step down is done, no error
+
+
 def test_an_unreachable_etcd_is_one_coordination_error() -> None:
     with pytest.raises(CoordinationError, match=r"etcd at 127\.0\.0\.1:1: kv/range failed"):
         Etcd("127.0.0.1:1").get("/k")
