@@ -304,11 +304,12 @@ class GroupCommit:
                     return True  # The interval passed: flush what ASYNC writers left behind.
 
     def _should_linger(self) -> bool:
-        """Whether to linger before taking the group now waiting (``lock`` held): only in SYNC
-        mode, when configured, after a group of two or more writes (writers are concurrent, so
-        more are likely on their way), and while the group is below its target. A lone writer
-        never lingers: each of its groups holds one write."""
-        if self._linger_s <= 0.0 or self.inline or self._last_adds < 2:
+        """Whether to linger before taking the group now waiting (``lock`` held; ``_wait`` asks
+        only for a SYNC group nobody hurries, in a store that is not ``inline``): when
+        configured, after a group of two or more writes (writers are concurrent, so more are
+        likely on their way), and while the group is below its target. A lone writer never
+        lingers: each of its groups holds one write."""
+        if self._linger_s <= 0.0 or self._last_adds < 2:
             return False
         self._linger_target = min(2 * self._last_adds, limits.GROUP_COMMIT_WRITERS_MAX)
         return self._adds < self._linger_target
