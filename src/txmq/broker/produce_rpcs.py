@@ -24,10 +24,10 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from txmq import errors, limits
 from txmq.broker import durable
 from txmq.broker.clients import Clients
-from txmq.broker.produce import Decided, SendPath
+from txmq.broker.produce import Decided, SendPath, Sent
 from txmq.broker.replies import client_id, fail
 from txmq.broker.topics import TopicRegistry
-from txmq.errors import BadRequestError
+from txmq.errors import BadRequestError, invariant
 from txmq.model import Outcome, Outgoing
 from txmq.protocol import mapping
 from txmq.txn.steps import DecisionInFlightError
@@ -58,20 +58,22 @@ class ProduceRpcs:
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
         """Store each message; the top status is OK or the first entry's failure."""
-        if not request.messages:
+        messages = request.messages  # a protobuf field: each read is a call into upb
+        count = len(messages)
+        if not count:
             return sv.SendMessageResponse(status=fail(BadRequestError("no messages to send")))
-        if len(request.messages) > limits.SEND_BATCH_MAX:
+        if count > limits.SEND_BATCH_MAX:
             return sv.SendMessageResponse(
                 status=fail(BadRequestError(f"at most {limits.SEND_BATCH_MAX} messages per send"))
             )
         cid: str = client_id(context)
         peer: str = context.peer() or ""
-        msgs = list(request.messages)
-        items = [self._outgoing(m, peer) for m in msgs]  # the wire mapped here, at the edge
+        # The wire mapped here, at the edge.
+        items = [self._outgoing(m, peer) for m in messages]
         # Its normal messages share one write and one fsync, the others (FIFO ones included)
         # are stored one by one in request order. Written on the loop, which then awaits the
         # fsync (durable.py), unless storing may do more than that.
-        outcomes: list[Any]
+        outcomes: list[Sent | Exception]
         if SendPath.needs_thread(items, self.topics):
             sends = self.sends
             loop = asyncio.get_running_loop()
@@ -86,18 +88,20 @@ class ProduceRpcs:
                 await self.ack_gate()
             except errors.TxmqError as exc:
                 return sv.SendMessageResponse(status=fail(exc))
-        return self._send_reply(msgs, outcomes, cid)
+        invariant(len(outcomes) == count, "an outcome per message")
+        return self._send_reply(messages, outcomes, cid)
 
-    def _send_reply(self, msgs: list[Any], outcomes: list[Any], cid: str) -> bytes:
+    def _send_reply(self, messages: Any, outcomes: list[Sent | Exception], cid: str) -> bytes:
         """The reply's bytes (mapping.send_reply_wire; decode.py's serializer passes them
         through): an entry per message, the top status OK or the first entry's failure.
-        Written directly, not filled in as a protobuf message and serialized after (issue 17)."""
+        Written directly, not filled in as a protobuf message and serialized after (issue 17).
+        ``messages`` (the request's) is read only for a refused message's id."""
         entries: list[tuple[bytes, str, str, int]] = []
         top: bytes | None = None
-        for msg, got in zip(msgs, outcomes, strict=True):
+        for i, got in enumerate(outcomes):
             if isinstance(got, Exception):
                 status = fail(got).SerializeToString()
-                entries.append((status, msg.system_properties.message_id, "", 0))
+                entries.append((status, messages[i].system_properties.message_id, "", 0))
                 if top is None:
                     top = status
                 continue
