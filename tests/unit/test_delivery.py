@@ -320,3 +320,30 @@ def test_due_heap_stays_bounded_under_repeated_invisibility_changes(clock: Clock
     clock.advance(5_000)
     again, _ = receive(b, plain(10), clock.now)
     assert sorted(g.queue_offset for g in again) == list(range(10))
+
+
+def test_a_books_key_is_found_as_the_very_object_books_holds() -> None:
+    """``known_key``/``key_of`` (what a receive and an ack use instead of building keys): the
+    key of every book however it came (opened, restored from a saved position, reset), the
+    same object ``books`` holds; None for a queue, group or topic without a book."""
+    from txmq import limits
+    from txmq.broker.delivery import Position
+
+    b = book()
+    assert b.known_key("g", "t", 0) is K and b.key_of("g", "t", 0) is K
+    for group, topic, qid in [("g", "t", 1), ("g", "t", -1), ("g", "u", 0), ("h", "t", 0)]:
+        assert b.known_key(group, topic, qid) is None
+        assert b.key_of(group, topic, qid) == QueueKey(group, topic, qid)
+    opened, restored, reset = QueueKey("g", "t", 5), QueueKey("r", "t", 2), QueueKey("s", "u", 0)
+    b.open(opened, 0)
+    b.restore(restored, Position(4))
+    b.reset(reset, 7)
+    for key in (opened, restored, reset):
+        assert b.known_key(*key) is key and next(k for k in b.books if k == key) is key
+    assert b.known_key("g", "t", 3) is None, "the queues between stay unknown"
+    b.reset(QueueKey("g", "t", 5), 9)  # a reset keeps the book's key
+    assert b.known_key("g", "t", 5) is opened
+    outside = QueueKey("g", "t", limits.QUEUES_PER_TOPIC_MAX)  # no topic has this queue
+    b.restore(outside, Position(0))
+    assert b.known_key(*outside) is None and b.key_of(*outside) == outside
+    assert b.books[b.key_of(*outside)].ack_offset == 0

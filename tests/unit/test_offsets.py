@@ -184,3 +184,31 @@ def test_an_idle_queue_is_skipped_but_due_and_new_messages_are_not(
     store.append(RecordDraft(topic="t", queue_id=0, body=b"new"))
     assert [d.record.body for d in _receive(p, clock)] == [b"new"]
     store.close()
+
+
+def test_receive_recent_serves_every_queue_with_a_book_however_it_came(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """On the loop only when each queue asked for has this group's book: after a reopen (books
+    restored from the file) and after an UpdateOffset (a reset) as after a first receive; a
+    queue of the list without one sends the whole receive to the executor."""
+    store = _store(tmp_path, clock)
+    for qid in (0, 1):
+        store.append(RecordDraft(topic="t", queue_id=qid, body=f"q{qid}".encode()))
+    p = _positions(store, tmp_path, clock)
+
+    def recent(queues: list[int]) -> list[bytes] | None:
+        ask = Ask(tags=None, batch=32, invisible_ms=1_000, now_ms=clock.now, fifo=False)
+        done = p.receive_recent("g", "t", queues, ask)
+        return None if done is None else [d.record.body for d in done[0]]
+
+    assert [d.record.body for d in _receive(p, clock)] == [b"q0"]  # queue 0's book
+    assert recent([0, 1]) is None and recent([1]) is None, "queue 1 has no book yet"
+    assert recent([0]) == []
+    p.set_offset("g", "t", 1, 0)
+    assert recent([1, 0]) == [b"q1"]
+    p.save(force=True)
+    p = _positions(store, tmp_path, clock)  # a restart: the books come from the file
+    assert recent([0, 1]) == [b"q0", b"q1"], "unacked: delivered again, on the loop"
+    assert recent([0, 2]) is None
+    store.close()

@@ -180,9 +180,36 @@ class DeliveryBook:
         self.backoff_max_ms = backoff_max_ms
         self.window_max = window_max
         self.books: dict[QueueKey, QueueBook] = {}
+        # Per (group, topic), the keys of ``books`` by queue id (None: no book): a receive or
+        # an ack finds its keys here instead of building them (a namedtuple each, ~1.5k
+        # instructions), and the very objects ``books`` holds, so its lookups compare keys by
+        # identity (issue 17, fourteenth pass). One entry per book: bounded as ``books`` is.
+        self.keys: dict[tuple[str, str], list[QueueKey | None]] = {}
         self._seq = 0
 
     # --- Queue books. ----------------------------------------------------------------------------
+
+    def _remember(self, key: QueueKey) -> None:
+        qid = key.queue_id
+        if not 0 <= qid < limits.QUEUES_PER_TOPIC_MAX:
+            return  # not a queue a topic can have: ``key_of`` builds it each time
+        row = self.keys.setdefault((key.group, key.topic), [])
+        while len(row) <= qid:
+            row.append(None)
+        row[qid] = key
+
+    def known_key(self, group: str, topic: str, queue_id: int) -> QueueKey | None:
+        """The key of the book of (group, topic, queue_id) as ``books`` holds it, or None when
+        there is no such book."""
+        row = self.keys.get((group, topic))
+        if row is not None and 0 <= queue_id < len(row):
+            return row[queue_id]
+        return None
+
+    def key_of(self, group: str, topic: str, queue_id: int) -> QueueKey:
+        """``queue_key(group, topic, queue_id)``, the very object ``books`` holds if it has it."""
+        key = self.known_key(group, topic, queue_id)
+        return key if key is not None else queue_key(group, topic, queue_id)
 
     def open(self, key: QueueKey, start_offset: int) -> QueueBook:
         """The book of ``key``, created at ``start_offset`` for a group new to this queue."""
@@ -191,6 +218,7 @@ class DeliveryBook:
             invariant(start_offset >= 0, "start offset must be >= 0")
             book = QueueBook(start_offset, start_offset)
             self.books[key] = book
+            self._remember(key)
         return book
 
     def restore(self, key: QueueKey, position: Position) -> None:
@@ -200,10 +228,13 @@ class DeliveryBook:
         book.prior_attempts = {o: n for o, n in position.attempts if o >= position.ack_offset}
         book.check()
         self.books[key] = book
+        self._remember(key)
 
     def reset(self, key: QueueKey, offset: int) -> None:
         """Move a group to ``offset`` (UpdateOffset); outstanding receipt handles become stale."""
         invariant(offset >= 0, "offset must be >= 0")
+        if key not in self.books:
+            self._remember(key)
         self.books[key] = QueueBook(offset, offset)
 
     def clamp(self, key: QueueKey, min_offset: int) -> None:

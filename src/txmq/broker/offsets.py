@@ -32,7 +32,6 @@ from txmq.broker.delivery import (
     Position,
     QueueKey,
     candidate,
-    queue_key,
 )
 from txmq.broker.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
@@ -179,7 +178,10 @@ class ConsumerPositions:
 
     def _open(self, key: QueueKey) -> None:
         lo = self.store.queue_offsets(key.topic, key.queue_id)[0]
-        if key not in self.book.books:
+        book = self.book.books.get(key)
+        if book is not None and book.ack_offset >= lo:
+            return  # nothing to clamp: what ``clamp`` would find, without its call
+        if book is None:
             validate_group(key.group)
             if len(self.book.books) >= limits.CONSUMER_QUEUES_MAX:
                 raise TooManyRequestsError(
@@ -197,13 +199,20 @@ class ConsumerPositions:
         RECEIVE_ON_LOOP_LAG_MAX entries past its ack offset (due redeliveries, held FIFO
         messages and new ones all lie in between), so the event loop may run it itself (see
         limits.py). None, with nothing done, otherwise."""
-        keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
+            keys: list[QueueKey] = []
+            for qid in queue_ids:
+                key = self.book.known_key(group, topic, qid)
+                if key is None:
+                    return None  # no book for this queue yet
+                keys.append(key)
             ends = self.store.queue_ends(topic, queue_ids)
+            invariant(len(ends) == len(keys), "an end per queue")
             books = self.book.books
-            for key, end in zip(keys, ends, strict=True):
-                book = books.get(key)
-                if book is None or end - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
+            # By index, not ``zip(..., strict=True)``: a call with a keyword, ~8k instructions.
+            for i in range(len(keys)):
+                book = books.get(keys[i])
+                if book is None or ends[i] - book.ack_offset > limits.RECEIVE_ON_LOOP_LAG_MAX:
                     return None
             return self._receive(keys, ends, ask)
 
@@ -214,9 +223,11 @@ class ConsumerPositions:
         stops before their records pass ``ask.max_bytes`` (the first always comes), so a
         stream never holds more than that (broker/flow.py). From any position: the broker
         calls it in its executor when ``receive_recent`` would not serve it."""
-        keys = [queue_key(group, topic, qid) for qid in queue_ids]
         with self._lock:
-            return self._receive(keys, self.store.queue_ends(topic, queue_ids), ask)
+            keys = [self.book.key_of(group, topic, qid) for qid in queue_ids]
+            ends = self.store.queue_ends(topic, queue_ids)
+            invariant(len(ends) == len(keys), "an end per queue")
+            return self._receive(keys, ends, ask)
 
     def _receive(
         self, keys: list[QueueKey], ends: list[int], ask: Ask
@@ -230,7 +241,8 @@ class ConsumerPositions:
         out: list[Delivery] = []
         dead: list[DeadLetter] = []
         taken = 0  # bytes of the records in ``out``
-        for key, end in zip(keys, ends, strict=True):
+        for i in range(len(keys)):
+            key, end = keys[i], ends[i]
             if len(out) >= batch or taken >= max_bytes:
                 break
             if self.book.idle(key, end, now_ms):
@@ -272,9 +284,11 @@ class ConsumerPositions:
         left = max_bytes
         for _ in range(limits.RECEIVE_SCANS_PER_QUEUE_MAX):
             room = batch - len(out)
+            if room <= 0 or (out and left <= 0):
+                break
             # FIFO reads past held messages to find other groups' heads, so it reads a batch.
             start, count = self.book.scan_window(key, limits.RECEIVE_BATCH_MAX if fifo else room)
-            if room <= 0 or count <= 0 or (out and left <= 0) or start >= end:
+            if count <= 0 or start >= end:
                 break
             read = self.store.read_queue(
                 key.topic, key.queue_id, start, count, tags=tags, max_bytes=max(1, left)
@@ -352,7 +366,7 @@ class ConsumerPositions:
     def ack(self, group: str, handle: str) -> None:
         r = self.decode_handle(group, handle)
         with self._lock:
-            self.book.ack(queue_key(r.group, r.topic, r.queue_id), r.queue_offset, r.seq)
+            self.book.ack(self.book.key_of(r.group, r.topic, r.queue_id), r.queue_offset, r.seq)
             self._dirty = True
 
     def change_invisible(self, group: str, handle: str, invisible_ms: int, now_ms: int) -> str:
