@@ -67,8 +67,8 @@ RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
 # ASYNC flush mode: how long an acknowledged write may stay only in the page cache.
 FLUSH_INTERVAL_MS_DEFAULT: Final = 500
 # Group commit (store/flush.py): after a group of 2+ writes the flusher lingers up to LINGER_US
-# for more, until the group doubles (at most WRITERS_MAX); a lone writer never waits.
-GROUP_COMMIT_LINGER_US_DEFAULT: Final = 4_000
+# for as many writes as were lately outstanding at once (<= WRITERS_MAX); a lone writer never waits.
+GROUP_COMMIT_LINGER_US_DEFAULT: Final = 8_000
 GROUP_COMMIT_LINGER_US_MAX: Final = 1_000_000
 GROUP_COMMIT_WRITERS_MAX: Final = 4096
 # Retention: whole segments older than this are deleted (RocketMQ's default is 72 h).

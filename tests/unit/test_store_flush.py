@@ -264,7 +264,8 @@ LINGER = replace(SMALL, group_commit_linger_us=1_000_000)
 
 
 def after_a_busy_group() -> Store:
-    """A store with a 1 s linger whose last group held two writes (the next one lingers)."""
+    """A store with a 1 s linger whose last group held two writes while a third was in flight
+    (three outstanding at once: the next group lingers until it holds three)."""
     disk = GatedDisk()
     s = Store.open(ROOT, LINGER, now_ms=Clock(), disk=disk)
     disk.gated = True
@@ -282,17 +283,43 @@ def after_a_busy_group() -> Store:
     return s
 
 
-def test_after_a_busy_group_the_flusher_lingers_until_the_group_doubles() -> None:
+def test_after_a_busy_group_the_flusher_lingers_until_the_writers_it_saw_are_back() -> None:
     s = after_a_busy_group()
-    # The next group follows a group of two: the flusher waits (up to 1 s) for four writes.
+    # Three writes were outstanding at once: the flusher waits (up to 1 s) for three, and takes
+    # the group as soon as the third wrote, not at the end of the second.
     errors: list[BaseException] = []
-    later = start_writers(s, range(3, 7), errors)
+    later = start_writers(s, range(3, 6), errors)
     for t in later:
         t.join(10)
     assert not errors
-    assert s._group.lingers == 1
-    assert s._group.syncs == 3, "the four later writes share one fsync"
-    assert s.queue_offsets("t", 0) == (0, 7)
+    assert s._group.lingers == 1 and s._group.linger_timeouts == 0
+    assert s._group.syncs == 3, "the three later writes share one fsync"
+    assert s.queue_offsets("t", 0) == (0, 6)
+    s.close()
+
+
+def test_two_writers_in_lockstep_do_not_wait_out_the_linger() -> None:
+    """Two writers, each writing as soon as its last write is durable: groups of two, and a
+    linger that ends when both wrote (at most the last one, after a writer stopped, runs its
+    full length; the linger is 1 s, so waiting out each would take the 40 writes ~20 s)."""
+    s = Store.open(ROOT, LINGER, now_ms=Clock(), disk=SimDisk())
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            for i in range(20):
+                s.append(draft(100 * k + i))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    writers = [threading.Thread(target=run, args=(k,)) for k in (1, 2)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join(30)
+    assert not errors and not any(t.is_alive() for t in writers)
+    assert s._group.linger_timeouts <= 1, "a linger waited for a writer that was not there"
+    assert s.queue_offsets("t", 0) == (0, 40)
     s.close()
 
 

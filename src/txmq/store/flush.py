@@ -151,7 +151,10 @@ class GroupCommit:
         self._linger_target = 0
         self._adds = 0  # writes (``add`` calls) in the group being filled
         self._last_adds = 0  # writes in the group taken last
+        self._in_flight_adds = 0  # writes in the group being synced (0 once it is done)
+        self._peak = self._peak_last = 0  # most writes outstanding at once (``_should_linger``)
         self.lingers = 0  # lingers the flusher began: lets tests see the policy
+        self.linger_timeouts = 0  # lingers that ran their full length
         self._durable = threading.Condition(self.lock)
         self._flush_waiters = 0
         self._group = Group()
@@ -198,7 +201,9 @@ class GroupCommit:
             self._publish(entries, end)
             return None
         self._pending.extend(entries)
-        self._adds += 1
+        adds = self._adds = self._adds + 1
+        if adds + self._in_flight_adds > self._peak:
+            self._peak = adds + self._in_flight_adds
         if not self.inline:
             self._wake_flusher()
         return self._group
@@ -307,11 +312,17 @@ class GroupCommit:
         """Whether to linger before taking the group now waiting (``lock`` held; ``_wait`` asks
         only for a SYNC group nobody hurries, in a store that is not ``inline``): when
         configured, after a group of two or more writes (writers are concurrent, so more are
-        likely on their way), and while the group is below its target. A lone writer never
-        lingers: each of its groups holds one write."""
+        likely on their way), and while the group holds fewer writes than were outstanding at
+        once (written, not durable yet: the group in flight's and the one being filled) since
+        the last group was taken (``_peak``) or in the window before (``_peak_last``): how many
+        writers there are, as far as the flusher can tell. With no group in flight, only
+        writers beyond those in the group can still come, so two writers in lockstep end the
+        linger as soon as both wrote instead of waiting it out for writers that do not exist.
+        A lone writer never lingers: each of its groups holds one write."""
         if self._linger_s <= 0.0 or self._last_adds < 2:
             return False
-        self._linger_target = min(2 * self._last_adds, limits.GROUP_COMMIT_WRITERS_MAX)
+        seen = max(self._peak, self._peak_last)
+        self._linger_target = min(seen, limits.GROUP_COMMIT_WRITERS_MAX)
         return self._adds < self._linger_target
 
     def _linger(self) -> None:
@@ -320,7 +331,8 @@ class GroupCommit:
         latency for the writes in the group. Writers wake it only once the group reached
         ``_linger_target`` (one wake per group, not per write)."""
         self.lingers += 1
-        self._sleep(self._linger_s, linger=True)
+        if not self._sleep(self._linger_s, linger=True):
+            self.linger_timeouts += 1
 
     def _sleep(self, timeout_s: float, *, linger: bool = False) -> bool:
         """Release ``lock`` until a writer wakes the flusher (``_wake_flusher``) or ``timeout_s``
@@ -351,6 +363,9 @@ class GroupCommit:
         the next group."""
         self._flush_requested = False
         self._last_adds, self._adds = self._adds, 0
+        # Outstanding now: the taken group's writes, until it is done (``_complete``).
+        self._in_flight_adds = self._last_adds
+        self._peak_last, self._peak = self._peak, self._last_adds
         batch, self._pending = self._pending, []
         group, self._group = self._group, Group()
         self._in_flight = group
@@ -393,6 +408,7 @@ class GroupCommit:
         with self.lock:
             self.durable_end = max(self.durable_end, target)
             self._in_flight = None
+            self._in_flight_adds = 0
             if self._flush_waiters:
                 self._durable.notify_all()
         group.set()
