@@ -136,7 +136,12 @@ class SendPath:
         messages of one request without a message group share one queue, as RocketMQ stores a
         batch: a bulk reader then finds them side by side in the log (one read, not one per
         message), and round robin across requests still spreads the load."""
-        group = draft.properties.get(PROP_MESSAGE_GROUP)
+        # ``in`` first: ``properties`` is a Mapping, whose ``get`` is a generic method call.
+        group = (
+            draft.properties.get(PROP_MESSAGE_GROUP)
+            if PROP_MESSAGE_GROUP in draft.properties
+            else None
+        )
         if group:
             # One message group always maps to one queue, which is what keeps it ordered.
             return zlib.crc32(group.encode()) % info.queue_count

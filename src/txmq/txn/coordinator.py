@@ -52,7 +52,6 @@ restore counts and times. Replay is idempotent, so a decision is never lost nor 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -131,7 +130,7 @@ class Transactions(TxnViews):
         # end when they started: their record lands at or after it, so a snapshot taken now
         # covers the log only up to the lowest such offset (replay is idempotent).
         self._ops: dict[int, int] = {}
-        self._op_tokens = itertools.count()
+        self._op_token = 0
         # Checks counted in the book whose check record is not appended yet: tid -> number.
         self._unrecorded_checks: dict[str, int] = {}
         self._checks_sent = 0
@@ -290,7 +289,7 @@ class Transactions(TxnViews):
 
     def _op_start(self) -> int:
         """Under the lock."""
-        token = next(self._op_tokens)
+        self._op_token = token = self._op_token + 1
         self._ops[token] = self.store.log_end_offset
         return token
 
@@ -464,7 +463,7 @@ class Transactions(TxnViews):
         ]
 
     def _claimed(self, half: Record) -> bool:
-        return any(r.claims(half) for r in self._claiming)
+        return bool(self._claiming) and any(r.claims(half) for r in self._claiming)
 
     # --- Snapshot and recovery. ----------------------------------------------------------------
 
