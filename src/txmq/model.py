@@ -5,12 +5,12 @@ imports from other txmq modules except errors and limits.
 
 Frozen by type, not by a runtime guard: mypy refuses any assignment to a field of these
 classes. The ones a transaction builds (``RecordDraft``, ``Record``, ``Outgoing``,
-``EndRequest``, ``AppendResult``, ``QueueRead``) are ``dataclass(init=False)`` with ``Final``
-fields and an ``__init__`` of their own: compiled (docs/adr/0007), each is a native class whose
-construction stores C struct fields, ~0.5k instructions against ~7.4k for a dataclass-generated
-``__init__`` (a Python function even in a compiled module), and a transaction builds about
-twenty such values (issue 17, eleventh pass); their fields are read-only at run time too. The
-others use ``value`` (frozen by type, plain slot stores).
+``EndRequest``, ``AppendResult``, ``Entry``, ``QueueRead``) are ``dataclass(init=False)``
+with ``Final`` fields and an ``__init__`` of their own: compiled (docs/adr/0007), each is a
+native class whose construction stores C struct fields, ~0.5k instructions against ~7.4k for a
+dataclass-generated ``__init__`` (a Python function even in a compiled module), and a
+transaction builds about twenty such values (issue 17, eleventh pass); their fields are
+read-only at run time too. The others use ``value`` (frozen by type, plain slot stores).
 
 Vocabulary (house rule: one meaning per verb): a *draft* is what a writer hands the store; a
 *record* is what the commit log holds, with the offsets the store assigned. "Commit" is used only
@@ -332,6 +332,40 @@ class AppendResult:
         self.queue_offset = queue_offset
         self.store_timestamp_ms = store_timestamp_ms
         self.message_id = message_id
+
+
+@dataclass(init=False, unsafe_hash=True)
+class Entry:
+    """What dispatch needs of a record: consume-queue and index fields, no body.
+
+    Produced by the writer (from the draft) and by recovery (``decode_entry``), so both paths
+    feed consume queues and the index the same values (format/record.py). A native class, as
+    the values above: a NamedTuple's ``__new__`` is a Python function even when compiled."""
+
+    physical_offset: Final[int]
+    size: Final[int]
+    flag: Final[TxnFlag]
+    batch_left: Final[int]
+    topic: Final[str]
+    queue_id: Final[int]
+    queue_offset: Final[int]
+    store_timestamp_ms: Final[int]
+    tag: Final[str]
+    message_id: Final[str]
+    keys: Final[tuple[str, ...]]
+
+    def __init__(
+        self, physical_offset: int, size: int, flag: TxnFlag, batch_left: int, topic: str,
+        queue_id: int, queue_offset: int, store_timestamp_ms: int, tag: str, message_id: str,
+        keys: tuple[str, ...],
+    ) -> None:  # fmt: skip
+        self.physical_offset, self.size, self.flag, self.batch_left = (
+            physical_offset, size, flag, batch_left
+        )  # fmt: skip
+        self.topic, self.queue_id, self.queue_offset = topic, queue_id, queue_offset
+        self.store_timestamp_ms, self.tag, self.message_id, self.keys = (
+            store_timestamp_ms, tag, message_id, keys
+        )  # fmt: skip
 
 
 @dataclass(init=False, unsafe_hash=True)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Final, NamedTuple
+from typing import Final
 
 import crc32c
 
@@ -49,6 +49,7 @@ from txmq.errors import (
     invariant,
 )
 from txmq.format.properties import properties_json, properties_value
+from txmq.model import Entry as Entry  # named codec.Entry by its users (it was defined here)
 from txmq.model import Record, RecordDraft, TxnFlag
 
 RECORD_MAGIC: Final = 0xDAA320A8
@@ -93,7 +94,6 @@ _I64 = struct.Struct(">q")
 # Smallest well-formed record: fixed header + five empty u16 strings + two empty u32 blocks.
 RECORD_SIZE_MIN: Final = FIXED_END + STRING_FIELDS * 2 + 2 * 4
 _FLAGS: Final = tuple(TxnFlag)
-_ZERO_HEAD: Final = bytes(_HEAD.size)  # total_size, magic and crc, filled in by ``place``
 # Bound once for encode and place: compiled code calls a Final bound method without looking it
 # up (510 instructions a call against 850 for ``_U16.pack(...)``; ~28 calls a transaction).
 _PACK_FIXED: Final = _FIXED.pack
@@ -101,33 +101,13 @@ _PACK_U16: Final = _U16.pack
 _PACK_U32: Final = _U32.pack
 _U16_INTO: Final = _U16.pack_into
 _I64_INTO: Final = _I64.pack_into
-_HEAD_INTO: Final = _HEAD.pack_into
+_PACK_HEAD: Final = _HEAD.pack
 _HEAD_FROM: Final = _HEAD.unpack_from
 _CRC: Final = crc32c.crc32c
 # Short u16 lengths packed once (a tuple index, not a pack call, per string field), and the
 # record joined straight into the bytearray ``place`` fills in, not joined then copied (issue 17).
 _U16_SHORT: Final = tuple(_U16.pack(n) for n in range(256))
 _BYTEARRAY_JOIN: Final = bytearray().join
-
-
-class Entry(NamedTuple):
-    """What dispatch needs of a record: consume-queue and index fields, no body.
-
-    Produced by the writer (from the draft) and by recovery (``decode_entry``), so both paths
-    feed consume queues and the index the same values.
-    """
-
-    physical_offset: int
-    size: int
-    flag: TxnFlag
-    batch_left: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    store_timestamp_ms: int
-    tag: str
-    message_id: str
-    keys: tuple[str, ...]
 
 
 def validate_draft(draft: RecordDraft, *, body_size_max: int) -> None:
@@ -152,7 +132,8 @@ def validate_draft(draft: RecordDraft, *, body_size_max: int) -> None:
 
 
 def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) -> bytearray:
-    """Encode a draft with its queue offset; ``place`` fills in position, size and CRC.
+    """Encode a draft with its queue offset, all but the head (size, magic, CRC: the record
+    is ``HEAD_SIZE`` bytes longer); ``place`` fills in position, size and CRC.
 
     Why two steps: the physical offset is known only once the log has reserved room for a
     record of this size, and the size is known only after encoding.
@@ -177,14 +158,13 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
     if len(props) > limits.PROPERTIES_SIZE_MAX:
         raise MessagePropertiesTooLargeError(len(props), limits.PROPERTIES_SIZE_MAX)
     parts = (  # one join of a fixed tuple: no appends, no loop (issue 17)
-        _ZERO_HEAD,
         _PACK_FIXED(draft.flag, 0, draft.queue_id, queue_offset, -1, draft.born_timestamp_ms,
                     store_timestamp_ms, draft.reconsume_times, draft.prepared_offset),
         _len16(topic), topic, _len16(host), host, _len16(message_id), message_id, _len16(tag), tag,
         _len16(keys), keys, _PACK_U32(len(props)), props, _PACK_U32(len(draft.body)), draft.body,
     )  # fmt: skip
     buf = _BYTEARRAY_JOIN(parts)
-    invariant(len(buf) <= limits.RECORD_SIZE_MAX, "record exceeds RECORD_SIZE_MAX")
+    invariant(len(buf) + HEAD_SIZE <= limits.RECORD_SIZE_MAX, "record exceeds RECORD_SIZE_MAX")
     return buf
 
 
@@ -196,18 +176,22 @@ def _len16(field: bytes) -> bytes:
 
 
 def place(buf: bytearray, physical_offset: int, *, batch_left: int = 0) -> bytes:
-    """Fill in the physical offset, batch position, size, magic and CRC; return the bytes."""
+    """Fill in the physical offset and batch position of what ``encode`` returned; return the
+    record: its head (size, magic, CRC) and ``buf``.
+
+    Why the head apart: the CRC covers everything after it, so computed over ``buf`` itself it
+    needs no view or slice, and the head joined in front is the one copy out (issue 17)."""
     invariant(physical_offset >= 0, "negative physical offset")
     invariant(0 <= batch_left < 65536, "batch too long for a u16 count")
-    _U16_INTO(buf, BATCH_LEFT_AT, batch_left)
-    _I64_INTO(buf, PHYSICAL_OFFSET_AT, physical_offset)
-    covered = memoryview(buf)[HEAD_SIZE:]  # one view for the CRC and its paired check
-    _HEAD_INTO(buf, 0, len(buf), RECORD_MAGIC, _CRC(covered))
+    if batch_left:  # ``encode`` wrote 0
+        _U16_INTO(buf, BATCH_LEFT_AT - HEAD_SIZE, batch_left)
+    _I64_INTO(buf, PHYSICAL_OFFSET_AT - HEAD_SIZE, physical_offset)
+    out: bytes = _PACK_HEAD(len(buf) + HEAD_SIZE, RECORD_MAGIC, _CRC(buf)) + buf
     # Paired check, write side: what we produced must verify the way a reader verifies it.
-    size, magic, stored = _HEAD_FROM(buf, 0)
-    invariant(size == len(buf) and magic == RECORD_MAGIC, "record header mismatch")
-    invariant(stored == _CRC(covered), "record CRC mismatch")
-    return bytes(buf)
+    size, magic, stored = _HEAD_FROM(out, 0)
+    invariant(size == len(out) and magic == RECORD_MAGIC, "record header mismatch")
+    invariant(stored == _CRC(buf), "record CRC mismatch")
+    return out
 
 
 def blank(size: int) -> bytes:

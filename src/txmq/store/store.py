@@ -13,8 +13,7 @@ offsets, reserves room for the whole batch in one segment, writes it with one pw
 the dispatch entries to the group commit. In SYNC mode it then releases the lock and waits
 until the flusher's fdatasync covers its bytes; the flusher dispatches the covered records to
 queues and index before waking the writers, so a record is readable exactly when it is
-durable ("visible end", ``log_end_offset``). ASYNC mode dispatches at once and fsyncs every
-``flush_interval_ms``.
+durable ("visible end", ``log_end_offset``). ASYNC dispatches at once, fsyncs every interval.
 
 Checkpoints (after every ``_CHECKPOINT_EVERY_BYTES`` flushed, at retention and at close) sync
 queues and index and record their sizes, bounding recovery work after a crash.
@@ -115,6 +114,7 @@ class Store:
         self._disk_used = 0.0
         self._last_store_ms = 0
         self._stage_writes = config.flush_mode is FlushMode.SYNC
+        self._segment_size = config.segment_size_bytes  # StoreConfig is not compiled
         self._group = GroupCommit(
             sync_mode=config.flush_mode is FlushMode.SYNC,
             interval_ms=config.flush_interval_ms,
@@ -235,39 +235,43 @@ class Store:
         assigned: dict[tuple[str, int], int] = {}
         bufs: list[bytearray] = []
         qoffs: list[int] = []
+        total = index_entries = 0
         for d in drafts:
             qoff = -1
             if codec.enters_queue(d.flag):
                 key = (d.topic, d.queue_id)
                 qoff = assigned.get(key, self._next_queue_offset.get(key, 0))
                 assigned[key] = qoff + 1
-            bufs.append(codec.encode(d, queue_offset=qoff, store_timestamp_ms=now))
+            buf = codec.encode(d, queue_offset=qoff, store_timestamp_ms=now)
+            bufs.append(buf)
             qoffs.append(qoff)
-        total = sum(len(b) for b in bufs)
-        if total + codec.HEAD_SIZE > self.config.segment_size_bytes:
+            total += len(buf) + codec.HEAD_SIZE  # ``place`` puts the head in front
+            index_entries += len(d.keys) + 1
+        if total + codec.HEAD_SIZE > self._segment_size:
             raise BadRequestError(f"a batch of {total} bytes does not fit one log segment")
         try:  # the log's space, then its derived data's: a full disk refuses here
             phys = self.log.reserve(total)
-            self._dispatcher.reserve(assigned, sum(len(d.keys) + 1 for d in drafts))
+            self._dispatcher.reserve(assigned, index_entries)
         except DiskFullError:
             raise  # nothing was written: refused, not fenced
         except OSError as exc:
             self._group.fence(f"rolling a segment failed: {exc}")
             raise StoreFencedError(self._group.fenced) from exc
-        parts, entries, results = [], [], []
-        at = phys
-        for i, (d, buf, qoff) in enumerate(zip(drafts, bufs, qoffs, strict=True)):
-            parts.append(codec.place(buf, at, batch_left=len(drafts) - 1 - i))
-            entries.append(
-                codec.Entry(
-                    at, len(buf), d.flag, 0, d.topic, d.queue_id, qoff, now, d.tag,
-                    d.message_id, d.keys,
-                )
-            )  # fmt: skip
-            results.append(AppendResult(at, len(buf), qoff, now, d.message_id))
-            at += len(buf)
+        parts: list[bytes] = []
+        entries: list[codec.Entry] = []
+        results: list[AppendResult] = []
+        at, n = phys, len(bufs)
+        for i in range(n):  # by index: a zip(strict=True) is a generic call compiled (issue 17)
+            d, qoff = drafts[i], qoffs[i]
+            parts.append(placed := codec.place(bufs[i], at, batch_left=n - 1 - i))
+            size = len(placed)
+            entries.append(codec.Entry(
+                at, size, d.flag, 0, d.topic, d.queue_id, qoff, now, d.tag, d.message_id, d.keys
+            ))  # fmt: skip
+            results.append(AppendResult(at, size, qoff, now, d.message_id))
+            at += size
         try:
-            self.log.write(phys, b"".join(parts), stage=self._stage_writes)
+            self.log.write(phys, parts[0] if n == 1 else b"".join(parts), stage=self._stage_writes)
             self._next_queue_offset.update(assigned)
             group = self._group.add(entries, at)
         except DiskFullError:
@@ -275,9 +279,9 @@ class Store:
         except OSError as exc:
             self._group.fence(f"writing the log failed: {exc}")
             raise StoreFencedError(self._group.fenced) from exc
-        for d, placed, r in zip(drafts, parts, results, strict=True):
-            if r.queue_offset >= 0:
-                self._recent.add(placed, d, r)
+        for i in range(n):
+            if qoffs[i] >= 0:
+                self._recent.add(parts[i], drafts[i], results[i])
         return results, at, group
 
     def flush(self) -> None:
