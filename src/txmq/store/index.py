@@ -23,8 +23,9 @@ import bisect
 import struct
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Final
 
 import crc32c
 
@@ -34,6 +35,10 @@ from txmq.store import space
 from txmq.store.disk import Disk, FileHandle
 
 ENTRY = struct.Struct(">QQ")
+# Bound once: compiled code calls a Final bound function without looking it up (issue 17).
+_PACK_ENTRY: Final = ENTRY.pack
+_CRC32C: Final = crc32c.crc32c
+_CRC32: Final = zlib.crc32
 # Compaction at open rewrites the file only when at least this many entries are dead.
 _COMPACT_MIN_ENTRIES = 65536
 
@@ -42,7 +47,7 @@ def _hash64(raw: bytes) -> int:
     """CRC-32C and CRC-32 side by side: two C calls, about a third of BLAKE2b's cost, and
     recovery hashes every key of every record. Not collision-proof on purpose: lookups verify
     each candidate against the record, so a collision costs one extra read."""
-    return (crc32c.crc32c(raw) << 32) | zlib.crc32(raw)
+    return (_CRC32C(raw) << 32) | _CRC32(raw)
 
 
 def id_hash(message_id: str) -> int:
@@ -53,7 +58,9 @@ def key_hash(topic: str, key: str) -> int:
     return _hash64(b"key\0" + topic.encode() + b"\0" + key.encode())
 
 
-def hashes_of(topic: str, message_id: str, keys: Iterable[str]) -> list[int]:
+def hashes_of(topic: str, message_id: str, keys: tuple[str, ...]) -> list[int]:
+    if not keys:  # most records
+        return [id_hash(message_id)] if message_id else []
     out = [key_hash(topic, k) for k in keys]
     if message_id:
         out.append(id_hash(message_id))
@@ -94,7 +101,7 @@ class MessageIndex:
     def add(self, hashes: list[int], phys: int) -> None:
         """Buffer entries for one record; ``write_out`` writes them."""
         for h in hashes:
-            self._buf += ENTRY.pack(h, phys)
+            self._buf += _PACK_ENTRY(h, phys)
             self._remember(h, phys)
 
     def reserve(self, entries: int, before_growth: Callable[[int], None]) -> None:

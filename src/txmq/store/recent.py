@@ -50,8 +50,9 @@ class Recent:
         if props is None:
             return
         entries, at = self._entries, result.physical_offset
-        old = entries.pop(at, None)  # a truncated log's offset written again
+        old = entries.get(at)  # a truncated log's offset written again
         if old is not None:
+            del entries[at]
             self._bytes -= len(old[0])
         entries[at] = (written, draft, props, result)
         self._bytes += size
@@ -72,12 +73,13 @@ def _properties(draft: RecordDraft) -> Mapping[str, str] | None:
         host.isascii() and len(host) <= limits.BORN_HOST_LENGTH_MAX
     ):
         return None
-    copy: dict[str, str] = {}
-    pairs: Any = draft.properties.items()  # not cast to str on the way: checked here
-    for k, v in pairs:
+    props = draft.properties
+    # A dict's own copy (one C call), its pairs then read as a dict's, not through ``items()``'
+    # iterator; not cast to str on the way: checked here.
+    copy: dict[Any, Any] = props.copy() if type(props) is dict else dict(props)
+    for k, v in copy.items():
         if type(k) is not str or type(v) is not str:
             return None
-        copy[k] = v
     return MappingProxyType(copy)
 
 
