@@ -33,6 +33,7 @@ COMPILED: Final = (
     "txmq/format/record.py",
     "txmq/format/properties.py",
     "txmq/protocol/mapping.py",
+    "txmq/protocol/wire.py",
     "txmq/store/checkpoint.py",
     "txmq/store/commit_log.py",
     "txmq/store/consume_queue.py",

@@ -12,6 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from tests.unit.test_protocol_mapping import record
@@ -23,7 +24,7 @@ from txmq.model import (
     Record,
     TxnFlag,
 )
-from txmq.protocol import mapping
+from txmq.protocol import mapping, wire
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 _MS = st.integers(min_value=0, max_value=2**45)
@@ -115,6 +116,32 @@ def test_a_transactional_message_as_delivered() -> None:
     assert sp.HasField("tag") and sp.tag == "" and sp.queue_offset == 0
     assert sp.born_timestamp.seconds == 1_700_000_000 and sp.born_timestamp.nanos == 250_000_000
     assert dict(parsed.message.user_properties) == {"region": "eu"}
+
+
+# Where a varint gains a byte, and the five-byte seconds ``_seconds_nanos`` writes as one int.
+_VARINT_EDGES = [0, 1, 127, 128, 16383, 16384, 2**21, 2**28 - 1, 2**28, 2**34, 2**35 - 1, 2**35]
+_VARINT_EDGES += [2**42, 2**49, 2**56, 2**63 - 1, -1, -(2**63)]
+_MS_EDGES = [0, 1, 999, 1000, 30_000, 2**28 * 1000 - 1, 2**28 * 1000, 2**34 * 1000 - 1]
+_MS_EDGES += [2**34 * 1000, 2**35 * 1000 - 1, 2**35 * 1000, 1_764_300_000_123, -1, -1000, -(2**40)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.sampled_from(_VARINT_EDGES), st.integers(min_value=-(2**63), max_value=2**63 - 1))
+)
+def test_a_varint_is_the_one_protobuf_writes(n: int) -> None:
+    written = pb.SystemProperties(queue_offset=n).SerializeToString()  # int64, field 14
+    assert b"\x70" + wire.varint(n) == (written or b"\x70\x00")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.sampled_from(_MS_EDGES), st.integers(min_value=-(2**45), max_value=2**50)))
+def test_a_delivery_timestamp_reply_is_the_one_protobuf_writes(ms: int) -> None:
+    """A receive's second reply (also every timestamp and duration of a delivered message:
+    ``_seconds_nanos``), on both sides of the seconds written as one int."""
+    built = sv.ReceiveMessageResponse()
+    mapping.set_timestamp(built.delivery_timestamp, ms)
+    assert mapping.delivery_timestamp_wire(ms) == built.SerializeToString()
 
 
 _STATUSES = st.sampled_from(

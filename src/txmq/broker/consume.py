@@ -180,7 +180,9 @@ class ConsumeRpcs:
         # has taken its message (replies.Handout).
         replies = await self.calls.receive(request)
         try:
-            for reply in replies:
+            # ``take`` until None, not a for loop: a compiled ``__next__`` ends by raising
+            # StopIteration, a traceback entry each receive (issue 17).
+            while (reply := replies.take()) is not None:
                 yield reply
         finally:
             replies.close()  # now, not at garbage collection: it gives budget back

@@ -42,6 +42,12 @@ from txmq.protocol import mapping
 log = logging.getLogger("txmq.broker.consume")
 # Long polls also wake this often, because expired leases become due without any append.
 REDELIVERY_POLL_S: Final = 0.5
+# ``validate_topic(name, allow_system=True)`` behind a C-level cache: a name's answer never
+# changes (a refused name raises, which is not cached); its regular expression ~2.8k
+# instructions per receive (issue 17).
+_valid_topic: Final = functools.lru_cache(maxsize=1024)(
+    functools.partial(mapping.validate_topic, allow_system=True)
+)
 # An OK Status's bytes (an ack's reply and its entries carry it).
 _OK_WIRE: Final[bytes] = mapping.status().SerializeToString()
 
@@ -113,14 +119,15 @@ class ConsumeCalls:
             group = request.group.name
             if not group:
                 raise errors.IllegalConsumerGroupError("consumer group is required")
-            topic = mapping.validate_topic(request.message_queue.topic.name, allow_system=True)
+            mq = request.message_queue
+            topic = _valid_topic(mq.topic.name)
             info = self.topics.ensure(topic)
             wanted = tags(request.filter_expression)
             batch = max(1, min(request.batch_size or 1, limits.RECEIVE_BATCH_MAX))
             invisible = invisible_ms(request)
             # Start at the queue the client named, so consumers of one group spread out.
             count = info.queue_count
-            start = request.message_queue.id % count
+            start = mq.id % count
             queue_ids = [(start + i) % count for i in range(count)]
             fifo = info.message_type is MessageType.FIFO
             deadline = time.monotonic() + self.poll_s(request)

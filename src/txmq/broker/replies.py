@@ -22,8 +22,8 @@ from txmq.protocol import mapping
 log = logging.getLogger("txmq.broker")
 # Replies copy it (CopyFrom); nothing changes it.
 _OK: Final = mapping.status()
-# A receive's first reply, the same each time: gRPC only serializes it, nothing changes it.
-_FIRST: Final = sv.ReceiveMessageResponse(status=_OK)
+# A receive's first reply, the same each time, as its bytes (calls.Serialize passes them on).
+_FIRST: Final[bytes] = sv.ReceiveMessageResponse(status=_OK).SerializeToString()
 
 
 def client_id(context: Any) -> str:
@@ -63,8 +63,8 @@ def invisible_ms(request: Any, default_ms: int = 30_000) -> int:
 
 
 class Handout:
-    """The replies of a ReceiveMessage that found messages: the status, the delivery timestamp,
-    then each message (as its reply's bytes). Each record's bytes count against the
+    """The replies of a ReceiveMessage that found messages, each as its reply's bytes: the
+    status, the delivery timestamp, then each message. Each record's bytes count against the
     flow-control budget until gRPC has taken its message (the stream asks for the next reply
     only once the previous one was taken: gRPC writes wait for the client's HTTP/2 window), and
     a record is dropped as soon as its reply exists, so a reader that stalls pins at most what
@@ -97,18 +97,24 @@ class Handout:
         return self
 
     def __next__(self) -> Any:
+        reply = self.take()
+        if reply is None:
+            raise StopIteration
+        return reply
+
+    def take(self) -> bytes | None:
+        """The next reply's bytes, or None after the last: what consume.py's ReceiveMessage
+        loops on (a StopIteration raised here costs a traceback entry, ~2.5k instructions)."""
         self._give(self._taken)
         self._taken = 0
         self._sent += 1
         if self._sent == 1:
             return _FIRST
         if self._sent == 2:
-            stamp = sv.ReceiveMessageResponse()
-            mapping.set_timestamp(stamp.delivery_timestamp, self._now_ms)
             self._metrics.receives.inc(len(self._got))
-            return stamp
+            return mapping.delivery_timestamp_wire(self._now_ms)
         if not self._got:
-            raise StopIteration
+            return None
         d = self._got.pop()
         self._taken = d.record.size
         # The reply's bytes, written directly (no protobuf object; gRPC's serializer passes
@@ -143,9 +149,14 @@ class Lone:
         return self
 
     def __next__(self) -> Any:
-        reply = self._reply
+        reply = self.take()
         if reply is None:
             raise StopIteration
+        return reply
+
+    def take(self) -> Any:
+        """The reply, then None (as ``Handout.take``)."""
+        reply = self._reply
         self._reply = None
         return reply
 

@@ -49,6 +49,11 @@ from txmq.model import (
     is_internal_property,
     is_system_topic,
 )
+from txmq.protocol.wire import ONE_BYTE as _ONE_BYTE
+from txmq.protocol.wire import nested as _nested
+from txmq.protocol.wire import seconds_nanos as _seconds_nanos
+from txmq.protocol.wire import text as _text
+from txmq.protocol.wire import varint as _varint
 
 # Names are matched whole (``fullmatch``): ``$`` would also match before a trailing newline.
 _NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -353,47 +358,32 @@ def message_from_record(
 # Digest.type (1), checksum (2); Timestamp/Duration seconds (1), nanos (2). SystemProperties'
 # fields by number in ``received_message_wire``. Length-delimited keys are (number << 3) | 2,
 # varints (number << 3) | 0.
-_ONE_BYTE: Final = tuple(bytes((i,)) for i in range(128))
-_MORE: Final = tuple(bytes((i | 128,)) for i in range(128))  # a varint's byte with more to come
 _WIRE_TYPES: Final = {t: int(v) for t, v in WIRE_TYPES.items()}
 _DIGEST_MD5: Final = b"\x08" + _ONE_BYTE[int(pb.MD5)]  # Digest.type
 _IDENTITY: Final = b"\x28" + _ONE_BYTE[int(pb.IDENTITY)]  # SystemProperties.body_encoding
 _STORE_HOST: Final = b"\x52\x04txmq"  # SystemProperties.store_host
 
 
-def _varint(n: int) -> bytes:
-    """Protobuf's base-128 varint; a negative int64 as its 64-bit two's complement. Built from
-    two tables of one-byte strings (a bytearray's ``append`` is a method call each)."""
-    if 0 <= n < 128:
-        return _ONE_BYTE[n]
-    if n < 0:
-        n += 1 << 64
-    out = _MORE[n & 127]
-    n >>= 7
-    while n >= 128:
-        out += _MORE[n & 127]
-        n >>= 7
-    return out + _ONE_BYTE[n]
+# ``is_internal_property`` of the property names delivered lately: a name's answer never
+# changes; a dict's lookup, not a call of an lru_cache per property (issue 17).
+_INTERNAL_SEEN: Final[dict[str, bool]] = {}
 
 
-# A timestamp's or duration's nanos field (2) for each millisecond part (none for 0).
-_NANOS: Final = tuple(b"\x10" + _varint(ms * 1_000_000) if ms else b"" for ms in range(1000))
+def _internal(name: str) -> bool:
+    seen = _INTERNAL_SEEN.get(name)
+    if seen is not None:
+        return seen
+    if len(_INTERNAL_SEEN) >= 1024:
+        _INTERNAL_SEEN.clear()
+    internal = is_internal_property(name)
+    _INTERNAL_SEEN[name] = internal
+    return internal
 
 
-def _text(key: bytes, value: str) -> bytes:
-    data = value.encode()
-    return key + _varint(len(data)) + data
-
-
-def _nested(key: bytes, data: bytes) -> bytes:
-    return key + _varint(len(data)) + data
-
-
-def _seconds_nanos(key: bytes, ms: int) -> bytes:
-    """A Timestamp or Duration field of ``ms`` (zero parts left out, as protobuf does)."""
-    seconds = ms // 1000
-    data = (b"\x08" + _varint(seconds) if seconds else b"") + _NANOS[ms % 1000]
-    return key + _varint(len(data)) + data
+def delivery_timestamp_wire(ms: int) -> bytes:
+    """The bytes of a ReceiveMessageResponse holding only ``delivery_timestamp`` (3) = ``ms``:
+    a receive's second reply, as protobuf writes it."""
+    return _seconds_nanos(0x1A, ms)
 
 
 def received_message_wire(
@@ -419,28 +409,28 @@ def received_message_wire(
     wire_type = _WIRE_TYPES[message_type]
     if wire_type:
         sp.append(b"\x30" + _varint(wire_type))
-    sp.append(_seconds_nanos(b"\x3a", rec.born_timestamp_ms or rec.store_timestamp_ms))
+    sp.append(_seconds_nanos(0x3A, rec.born_timestamp_ms or rec.store_timestamp_ms))
     if rec.born_host:
         sp.append(_text(b"\x42", rec.born_host))
-    sp.append(_seconds_nanos(b"\x4a", rec.store_timestamp_ms))
+    sp.append(_seconds_nanos(0x4A, rec.store_timestamp_ms))
     sp.append(_STORE_HOST)
     deliver_at = props.get(PROP_DELIVERY_TIMESTAMP_MS)
     if deliver_at:
-        sp.append(_seconds_nanos(b"\x5a", int(deliver_at)))
+        sp.append(_seconds_nanos(0x5A, int(deliver_at)))
     if receipt_handle:
         sp.append(_text(b"\x62", receipt_handle))
     if rec.queue_id:
         sp.append(b"\x68" + _varint(rec.queue_id))
     sp.append(b"\x70" + _varint(rec.queue_offset))
     if receipt_handle:
-        sp.append(_seconds_nanos(b"\x7a", invisible_ms))
+        sp.append(_seconds_nanos(0x7A, invisible_ms))
         sp.append(b"\x80\x01" + _varint(delivery_attempt))
     group = props.get(PROP_MESSAGE_GROUP)
     if group:
         sp.append(_text(b"\x8a\x01", group))
     msg = [_nested(b"\x0a", _text(b"\x12", rec.topic))]
     for k, v in props.items():
-        if not _INTERNAL(k):
+        if not _internal(k):
             msg.append(_nested(b"\x12", _text(b"\x0a", k) + _text(b"\x12", v)))
     msg.append(_nested(b"\x1a", b"".join(sp)))
     if rec.body:
