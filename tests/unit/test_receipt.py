@@ -79,3 +79,27 @@ def test_standard_alphabet_and_non_ascii_are_refused() -> None:
                 codec.decode(text[:i] + std + text[i + 1 :])
     with pytest.raises(InvalidReceiptHandleError, match="not base64"):
         codec.decode(text[:-1] + "é")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_only_the_exact_text_issued_decodes(data: st.DataObject) -> None:
+    """Any other spelling of an issued handle's bytes is refused: padding, a character base64
+    decoders skip (space, newline, '!'), the standard alphabet's '+' and '/', or a last
+    character that differs only in bits the decoder drops."""
+    codec = ReceiptCodec(b"s" * 32)
+    r = Receipt(
+        data.draw(st.text(min_size=1, max_size=20)), "topic", 7, 9, data.draw(st.integers(0, 2**40))
+    )
+    text = codec.encode(r)
+    assert codec.decode(text) == r
+    odd = data.draw(st.sampled_from(["=", "==", " ", "\n", "!", "+", "/", "A", "-", "_"]))
+    at = data.draw(st.integers(0, len(text)))
+    spelled = [text[:at] + odd + text[at:], text + "=" * (-len(text) % 4 or 4)]
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused = {2: 4, 3: 2}.get(len(text) % 4, 0)  # bits of the last character no byte holds
+    i = last.index(text[-1])
+    spelled += [text[:-1] + last[i ^ bit] for bit in range(1, 1 << unused)]
+    for other in spelled:
+        with pytest.raises(InvalidReceiptHandleError):
+            codec.decode(other)

@@ -190,14 +190,15 @@ class ConsumeCalls:
     async def AckMessage(self, request: Any, context: Any) -> Any:
         """The reply as its bytes (mapping.ack_reply_wire; decode.py's serializer passes them
         through): an AckMessageResponse built field by field costs a upb call per field."""
-        if len(request.entries) > limits.ACK_ENTRIES_MAX:
+        entries = request.entries
+        if len(entries) > limits.ACK_ENTRIES_MAX:
             too_many = BadRequestError(f"at most {limits.ACK_ENTRIES_MAX} entries per AckMessage")
             return mapping.ack_reply_wire([], fail(too_many).SerializeToString())
         top: bytes | None = None  # the first entry's failure, the reply's status then
         done: list[tuple[str, str, bytes]] = []
         group = request.group.name
         positions, acks = self.positions, self.metrics.acks
-        for e in request.entries:
+        for e in entries:
             handle = e.receipt_handle
             try:
                 # In memory only (a receipt check and the delivery book), so it runs on the

@@ -33,7 +33,14 @@ assert -(-4 * _LONGEST_BYTES // 3) <= limits.RECEIPT_HANDLE_LENGTH_MAX
 # URL-safe base64 without padding, straight through binascii: what base64.urlsafe_b64encode and
 # urlsafe_b64decode do, without their four Python frames per handle (issue 17).
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
-_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+# A handle's text to the standard alphabet: '-' and '_' to '+' and '/'; '+', '/' and '=', never
+# in a text we issue, to '!', which no base64 encoding contains, so such a text cannot equal
+# its bytes' encoding (``decode``'s canonical check).
+_FROM_URLSAFE = bytes.maketrans(b"-_+/=", b"+/!!!")
+
+
+# The padding a text of each length mod 4 needs (1 cannot be base64: the decoder refuses it).
+_PADDING: Final = (b"", b"===", b"==", b"=")
 
 
 def _b64(blob: bytes) -> str:
@@ -84,12 +91,15 @@ class ReceiptCodec:
         if not text or len(text) > limits.RECEIPT_HANDLE_LENGTH_MAX:
             raise InvalidReceiptHandleError("receipt handle is empty or too long")
         try:
-            padded = (text + "=" * (-len(text) % 4)).encode("ascii")
-            blob = binascii.a2b_base64(padded.translate(_FROM_URLSAFE))
+            std = text.encode("ascii").translate(_FROM_URLSAFE)
+            std += _PADDING[len(std) & 3]
+            blob = binascii.a2b_base64(std)
         except (binascii.Error, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise InvalidReceiptHandleError(f"receipt handle is not base64: {exc}") from exc
-        if _b64(blob) != text:
-            # Stray characters or unused trailing bits: only the exact text we issued is valid.
+        # Only the exact text we issued is valid (not stray characters, which the decoder
+        # skips, nor unused trailing bits): ``_b64(blob) == text``, compared in the standard
+        # alphabet (no translate, rstrip or decode of the encoding: ~2k instructions).
+        if binascii.b2a_base64(blob, newline=False) != std:
             raise InvalidReceiptHandleError("receipt handle is not in canonical form")
         raw, tag = blob[:-_TAG_BYTES], blob[-_TAG_BYTES:]
         if len(raw) < _HEAD.size or not hmac.compare_digest(tag, self._tag(raw)):
