@@ -71,10 +71,10 @@ def properties_json(props: dict[str, str]) -> bytes:
     pieces[0] = '{"'
     pieces.append('"}')
     text = "".join(pieces)
-    if not text.isascii():  # (and then ``encode`` cannot fail on a lone surrogate)
-        return _encoded(props)
-    raw = text.encode()
-    if raw.count(b'"') != quotes or raw.translate(_PLAIN) != raw:
+    # (A lone surrogate is encoded too, as bytes the table changes; count and translate are C
+    # calls from compiled code, str.isascii and bytes.count would be method calls.)
+    raw = text.encode("utf-8", "surrogatepass")
+    if text.count('"') != quotes or raw.translate(_PLAIN) != raw:
         return _encoded(props)
     return raw
 
