@@ -286,13 +286,15 @@ def after_a_busy_group() -> Store:
 def test_after_a_busy_group_the_flusher_lingers_until_the_writers_it_saw_are_back() -> None:
     s = after_a_busy_group()
     # Three writes were outstanding at once: the flusher waits (up to 1 s) for three, and takes
-    # the group as soon as the third wrote, not at the end of the second.
+    # the group as soon as the third wrote, not at the end of the second. (It lingers only if it
+    # looks before the third wrote; either way the three share one fsync and nothing waits the
+    # linger out: the old target of four did.)
     errors: list[BaseException] = []
     later = start_writers(s, range(3, 6), errors)
     for t in later:
         t.join(10)
     assert not errors
-    assert s._group.lingers == 1 and s._group.linger_timeouts == 0
+    assert s._group.lingers <= 1 and s._group.linger_timeouts == 0
     assert s._group.syncs == 3, "the three later writes share one fsync"
     assert s.queue_offsets("t", 0) == (0, 6)
     s.close()
