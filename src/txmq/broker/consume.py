@@ -176,12 +176,12 @@ class ConsumeRpcs:
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         # Everything up to the replies is the compiled ConsumeCalls.receive; the replies come
-        # from a compiled iterator that gives each record's bytes back to the budget once gRPC
-        # has taken its message (replies.Handout).
+        # from a compiled Handout that gives each record's bytes back to the budget once gRPC
+        # has taken its message (replies.py).
         replies = await self.calls.receive(request)
         try:
-            # ``take`` until None, not a for loop: a compiled ``__next__`` ends by raising
-            # StopIteration, a traceback entry each receive (issue 17).
+            # ``take`` until None, not a for loop over an iterator: a compiled ``__next__`` ends
+            # by raising StopIteration, a traceback entry each receive (issue 17).
             while (reply := replies.take()) is not None:
                 yield reply
         finally:

@@ -42,12 +42,6 @@ from txmq.protocol import mapping
 log = logging.getLogger("txmq.broker.consume")
 # Long polls also wake this often, because expired leases become due without any append.
 REDELIVERY_POLL_S: Final = 0.5
-# ``validate_topic(name, allow_system=True)`` behind a C-level cache: a name's answer never
-# changes (a refused name raises, which is not cached); its regular expression ~2.8k
-# instructions per receive (issue 17).
-_valid_topic: Final = functools.lru_cache(maxsize=1024)(
-    functools.partial(mapping.validate_topic, allow_system=True)
-)
 # An OK Status's bytes (an ack's reply and its entries carry it).
 _OK_WIRE: Final[bytes] = mapping.status().SerializeToString()
 
@@ -120,7 +114,7 @@ class ConsumeCalls:
             if not group:
                 raise errors.IllegalConsumerGroupError("consumer group is required")
             mq = request.message_queue
-            topic = _valid_topic(mq.topic.name)
+            topic = mapping.valid_any_topic(mq.topic.name)
             info = self.topics.ensure(topic)
             wanted = tags(request.filter_expression)
             batch = max(1, min(request.batch_size or 1, limits.RECEIVE_BATCH_MAX))

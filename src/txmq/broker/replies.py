@@ -69,8 +69,8 @@ class Handout:
     only once the previous one was taken: gRPC writes wait for the client's HTTP/2 window), and
     a record is dropped as soon as its reply exists, so a reader that stalls pins at most what
     is left of its own batch (broker/flow.py). ``close`` gives back what is still held. A
-    compiled iterator, not an async generator in consume.py: no Python frame per reply (issue
-    17, eleventh pass)."""
+    compiled class whose ``take`` consume.py calls until None, not an async generator there: no
+    Python frame per reply (issue 17, eleventh pass)."""
 
     def __init__(
         self,
@@ -93,18 +93,10 @@ class Handout:
         self.held = sum([d.record.size for d in got])
         budget.take(self.held)
 
-    def __iter__(self) -> Handout:
-        return self
-
-    def __next__(self) -> Any:
-        reply = self.take()
-        if reply is None:
-            raise StopIteration
-        return reply
-
     def take(self) -> bytes | None:
         """The next reply's bytes, or None after the last: what consume.py's ReceiveMessage
-        loops on (a StopIteration raised here costs a traceback entry, ~2.5k instructions)."""
+        loops on (not an iterator: a StopIteration raised from compiled code costs a traceback
+        entry, ~2.5k instructions)."""
         self._give(self._taken)
         self._taken = 0
         self._sent += 1
@@ -140,19 +132,10 @@ class Handout:
 
 class Lone:
     """The one reply of a receive that delivers nothing (MESSAGE_NOT_FOUND or a refusal), as
-    ``Handout`` hands out replies: an iterator with ``close``."""
+    ``Handout`` hands out replies: ``take`` until None, and ``close``."""
 
     def __init__(self, reply: Any) -> None:
         self._reply = reply
-
-    def __iter__(self) -> Lone:
-        return self
-
-    def __next__(self) -> Any:
-        reply = self.take()
-        if reply is None:
-            raise StopIteration
-        return reply
 
     def take(self) -> Any:
         """The reply, then None (as ``Handout.take``)."""

@@ -72,9 +72,21 @@ _GZIP: Final = int(pb.GZIP)
 _COMMIT: Final = int(pb.COMMIT)
 _ROLLBACK: Final = int(pb.ROLLBACK)
 _SOURCE_SERVER_CHECK: Final = int(pb.SOURCE_SERVER_CHECK)
-# ``is_internal_property`` behind a C-level cache: a property name's answer never changes, and
-# a delivered message asks it for each of its properties (a Python frame each, issue 17).
-_INTERNAL = functools.lru_cache(maxsize=1024)(is_internal_property)
+# ``is_internal_property`` of the property names delivered lately: a name's answer never
+# changes, and a delivered message asks it for each of its properties; a dict's lookup, not a
+# call per property (issue 17).
+_INTERNAL_SEEN: Final[dict[str, bool]] = {}
+
+
+def _internal(name: str) -> bool:
+    seen = _INTERNAL_SEEN.get(name)
+    if seen is not None:
+        return seen
+    if len(_INTERNAL_SEEN) >= 1024:
+        _INTERNAL_SEEN.clear()
+    internal = is_internal_property(name)
+    _INTERNAL_SEEN[name] = internal
+    return internal
 
 
 def status(code: int = CODE_OK, message: str = "OK") -> Any:
@@ -133,10 +145,14 @@ def validate_topic(name: str, *, allow_system: bool = False) -> str:
     return name
 
 
-# ``validate_topic`` of a send's topic behind a C-level cache: a name's answer never changes
-# (a refused name raises, which is not cached), and the regular expression costs ~3k
-# instructions per send (issue 17, fourteenth pass).
-_valid_topic: Final = functools.lru_cache(maxsize=1024)(validate_topic)
+# ``validate_topic`` behind C-level caches for the paths that check a name per request: a
+# send's topic (``valid_topic``) and a receive's (``valid_any_topic``: system topics allowed).
+# A name's answer never changes (a refused name raises, which is not cached), and the regular
+# expression costs ~3k instructions a call (issue 17, fourteenth pass).
+valid_topic: Final = functools.lru_cache(maxsize=1024)(validate_topic)
+valid_any_topic: Final = functools.lru_cache(maxsize=1024)(
+    functools.partial(validate_topic, allow_system=True)
+)
 
 
 def validate_group(name: str) -> str:
@@ -248,7 +264,7 @@ def _draft(
     """``draft_from_wire`` with what its caller read already: ``sp`` is ``msg``'s system
     properties, ``body`` and ``message_id`` its fields. Each protobuf field is read once here:
     a read is a call into upb that builds a new object (issue 17, fourteenth pass)."""
-    topic = _valid_topic(msg.topic.name)
+    topic = valid_topic(msg.topic.name)
     if sp.body_encoding == _GZIP:
         # Bodies are stored and delivered as sent, marked IDENTITY: a compressed one would reach
         # consumers still compressed. No official client compresses on send.
@@ -318,7 +334,7 @@ def message_from_record(
     this empty Message (a reply's field) instead of a new one, and return it."""
     msg = pb.Message() if into is None else into
     msg.topic.name = topic or rec.topic
-    user = {k: v for k, v in rec.properties.items() if not _INTERNAL(k)}
+    user = {k: v for k, v in rec.properties.items() if not _internal(k)}
     if extra_props:
         user.update(extra_props)
     for k, v in user.items():
@@ -362,22 +378,6 @@ _WIRE_TYPES: Final = {t: int(v) for t, v in WIRE_TYPES.items()}
 _DIGEST_MD5: Final = b"\x08" + _ONE_BYTE[int(pb.MD5)]  # Digest.type
 _IDENTITY: Final = b"\x28" + _ONE_BYTE[int(pb.IDENTITY)]  # SystemProperties.body_encoding
 _STORE_HOST: Final = b"\x52\x04txmq"  # SystemProperties.store_host
-
-
-# ``is_internal_property`` of the property names delivered lately: a name's answer never
-# changes; a dict's lookup, not a call of an lru_cache per property (issue 17).
-_INTERNAL_SEEN: Final[dict[str, bool]] = {}
-
-
-def _internal(name: str) -> bool:
-    seen = _INTERNAL_SEEN.get(name)
-    if seen is not None:
-        return seen
-    if len(_INTERNAL_SEEN) >= 1024:
-        _INTERNAL_SEEN.clear()
-    internal = is_internal_property(name)
-    _INTERNAL_SEEN[name] = internal
-    return internal
 
 
 def delivery_timestamp_wire(ms: int) -> bytes:

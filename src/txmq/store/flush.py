@@ -10,8 +10,9 @@ writers staged (``take_writes``: one pwrite per staged write, off the writers' t
 ``durable_end`` and sets the group done. So one fsync serves every writer that arrived
 meanwhile, a record is visible to readers only once durable, and waking a group's writers never
 goes through the writer lock. After a group of two or more writes the flusher lingers (up
-to ``linger_us``, or until the group has twice as many writes) before taking the next, so
-concurrent writers share fewer fsyncs (issue 17); a lone writer never waits. In ASYNC mode
+to ``linger_us``, or until the group holds as many writes as were lately outstanding at once:
+``_should_linger``) before taking the next, so concurrent writers share fewer fsyncs (issue
+17); a lone writer never waits. In ASYNC mode
 ``add`` publishes at once and the flusher syncs once per ``flush_interval_ms`` (or when
 ``flush`` asks). An ``inline`` group commit (a
 follower's store: one writer, which waits for each write) does not wake the flusher: its
