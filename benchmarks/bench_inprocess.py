@@ -15,7 +15,7 @@ How: each ``--src`` tree in turn (alternating, ``--rounds`` times) runs this fil
 instrumentation on after ``--warmup`` transactions and dumps after ``--count`` more. Printed:
 instructions per transaction (all threads; the driver's own work, ~20 Python calls and the
 request building, included, the same in every tree) and each tree's ratio to the first.
-Compare compiled with compiled (each tree needs its own build, docs/adr/0007).
+
 
 Run: ``.venv/bin/python benchmarks/bench_inprocess.py --src /other/src --src src
 [--rounds 2] [--count 300] [--warmup 20]``. Needs valgrind (Debian's ``valgrind``).
@@ -84,13 +84,11 @@ async def _child(warmup: int, count: int) -> None:
     from rocketmq.grpc_protocol import definition_pb2 as pb
     from rocketmq.grpc_protocol import service_pb2 as sv
 
-    from txmq import compiled
     from txmq.broker.app import _add_services
     from txmq.broker.config import BrokerConfig
     from txmq.broker.membership import Membership
     from txmq.broker.parts import Parts
 
-    print(f"# {compiled.mode()}", file=sys.stderr)
     data = Path(tempfile.mkdtemp(dir=os.environ.get("TXMQ_BENCH_DIR")))
     parts = await asyncio.to_thread(Parts, BrokerConfig(data_dir=data, auto_create_topics=True))
     from concurrent.futures import ThreadPoolExecutor

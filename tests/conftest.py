@@ -1,6 +1,5 @@
 """Shared fixtures: a seeded RNG (replay with TXMQ_SEED=...), a manual clock, small store config;
-how `make test` spreads modules over pytest-xdist workers; and a session that refuses to start on
-a stale compiled build (txmq/compiled.py), and names the build it tests in its header."""
+and how `make test` spreads modules over pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -11,22 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from txmq import compiled
 from txmq.store.config import StoreConfig
 
 SMALL = StoreConfig(segment_size_bytes=256 * 1024, body_size_max=64 * 1024)
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """A compiled module that does not match its source would test old code: stop first."""
-    try:
-        compiled.check()
-    except compiled.StaleBuildError as exc:
-        pytest.exit(f"txmq: {exc}", returncode=4)
-
-
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"txmq: {compiled.mode()}"
 
 
 class Clock:

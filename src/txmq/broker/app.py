@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 import uvloop
 
-from txmq import compiled, limits, malloc
+from txmq import limits, malloc
 from txmq.broker import cluster_file
 from txmq.broker.admin import add_admin
 from txmq.broker.auth import Guard, open_broker_notice, peer_security, read_acl_file
@@ -452,13 +452,8 @@ def run(config: BrokerConfig) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM, then shut down cleanly.
 
     Prints ``txmq broker listening on HOST:PORT`` (flushed) once it accepts RPCs: with
-    ``port=0`` that line is how a caller learns the port. Logs whether it runs compiled,
-    once it listens (a refusal to start stays one line).
-
-    Raises:
-        StaleBuildError: a compiled module does not match its source (txmq/compiled.py).
+    ``port=0`` that line is how a caller learns the port.
     """
-    compiled.check()  # a compiled module older than its source would run old code
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not malloc.keep_large_blocks():
         log.info("malloc tuning does not apply here (not glibc); large replies cost page faults")
@@ -476,7 +471,6 @@ def run(config: BrokerConfig) -> None:
             malloc.collect_less_often()  # after recovery: what it built lives as long
             # In a cluster the line names the member (``txmq cluster up`` prints these lines).
             name = f"{config.broker_name} " if config.broker_name else ""
-            log.info("txmq runs %s", compiled.mode())
             print(f"txmq broker {name}listening on {config.host}:{port}", flush=True)
 
         etcd = replica_etcd(config)

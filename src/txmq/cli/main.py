@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from txmq import compiled
 from txmq.broker.command import broker
 from txmq.errors import TxmqError
 from txmq.exits import OneLineErrors, cli_error
@@ -30,7 +29,7 @@ class TxmqGroup(OneLineErrors, click.Group):
 
 
 @click.group(cls=TxmqGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="txmq", message=f"txmq %(version)s, {compiled.mode()}")
+@click.version_option(package_name="txmq", message="txmq %(version)s")
 def cli() -> None:
     """txmq: transactional messages over the RocketMQ 5 protocol.
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mypy_extensions import mypyc_attr
-
 
 class FileHandle(Protocol):
     def pwrite(self, data: bytes, offset: int) -> None: ...
@@ -99,7 +97,6 @@ class OsFile:
         self.close()
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # tests gate and count its calls
 class OsDisk:
     """Real files. ``write_atomic`` is write-temp, fsync, rename, fsync directory."""
 
@@ -218,7 +215,6 @@ class Faults:
             raise OSError(5, "injected fsync failure (EIO)")
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # tests gate and count its calls
 class WrappedFile:
     """A file that passes every call to ``inner``: the base of a file that changes one call
     (an injected fault, a test's gate) and leaves the rest as the real file does them."""

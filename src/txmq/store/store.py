@@ -27,8 +27,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from mypy_extensions import mypyc_attr
-
 from txmq import limits
 from txmq.errors import (
     BadRequestError,
@@ -62,7 +60,6 @@ _CHECKPOINT_EVERY_BYTES: Final = 64 * limits.MiB
 logger = logging.getLogger(__name__)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # tests count its calls
 class Store:
     """See the module docstring. Thread-safe; open with ``Store.open``."""
 
