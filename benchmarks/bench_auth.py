@@ -45,7 +45,7 @@ from peers._base import tree_cpu_seconds
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from txmq.broker.auth import Guard  # noqa: E402
+from txmq.broker.security.auth import Guard  # noqa: E402
 from txmq.demo.certs import make_bundle  # noqa: E402
 from txmq.protocol.acl import parse_acl  # noqa: E402
 

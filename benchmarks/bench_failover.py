@@ -48,7 +48,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from txmq.broker.etcd_server import start_local_etcd
+from txmq.coordination.etcd_server import start_local_etcd
 
 FAST = ["--transaction-timeout-ms", "800", "--transaction-check-interval-ms", "1000"]
 WAIT_S = 30.0

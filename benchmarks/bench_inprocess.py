@@ -84,10 +84,10 @@ async def _child(warmup: int, count: int) -> None:
     from rocketmq.grpc_protocol import definition_pb2 as pb
     from rocketmq.grpc_protocol import service_pb2 as sv
 
-    from txmq.broker.app import _add_services
-    from txmq.broker.config import BrokerConfig
-    from txmq.broker.membership import Membership
-    from txmq.broker.parts import Parts
+    from txmq.broker.cluster.membership import Membership
+    from txmq.broker.config.broker_config import BrokerConfig
+    from txmq.broker.node.serve import _add_services
+    from txmq.broker.state.parts import Parts
 
     data = Path(tempfile.mkdtemp(dir=os.environ.get("TXMQ_BENCH_DIR")))
     parts = await asyncio.to_thread(Parts, BrokerConfig(data_dir=data, auto_create_topics=True))

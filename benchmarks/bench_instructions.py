@@ -194,7 +194,7 @@ class Target:
 
 def cluster(n: int, run: Run) -> Target:
     """n brokers in one cluster file, members named as ``cluster up`` names them."""
-    from txmq.broker.cluster_file import ClusterFile, Member, write
+    from txmq.coordination.cluster_file import ClusterFile, Member, write
 
     name = f"{n} broker{'s' if n > 1 else ''}"
     d, dumps = run.dir(name)

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine
 from bench_replication import _await_roles, _broker, _free_ports, _load, _status, _stop
 
-from txmq.broker.cluster_file import ClusterFile, Group, Member, write
-from txmq.broker.etcd_server import start_local_etcd
+from txmq.coordination.cluster_file import ClusterFile, Group, Member, write
+from txmq.coordination.etcd_server import start_local_etcd
 
 SETTLE_S = 4.0  # after the roles settled: the old leader's closed port, clients' reconnects
 

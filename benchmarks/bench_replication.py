@@ -42,7 +42,7 @@ from _common import machine
 from _procstat import counters, machine_busy_s
 from bench_broker import run_threads, sender
 
-from txmq.broker.etcd_server import start_local_etcd
+from txmq.coordination.etcd_server import start_local_etcd
 
 ROOT = Path(__file__).parents[1]
 START_TIMEOUT_S = 60.0

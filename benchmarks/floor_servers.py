@@ -178,7 +178,7 @@ class Stub(sg.MessagingServiceServicer):  # type: ignore[misc]
 def stub_main(
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop,
 ) -> None:
-    """Serve the stub on the broker's own event loop (uvloop, txmq.broker.app.run), so the
+    """Serve the stub on the broker's own event loop (uvloop, txmq.broker.node.serve.run), so the
     floor's gRPC calls cost what the broker's would with no work behind them."""
 
     async def serve() -> None:

@@ -1,7 +1,7 @@
 """The error tree of txmq.
 
-Owns: every exception type the project raises on purpose. Must not import anything else from
-txmq but ``txmq.checks`` (``invariant``, re-exported here), so every layer can raise these.
+Owns: every exception type the project raises on purpose, and ``invariant``, the check of a
+programmer invariant. Must not import anything from txmq, so every layer can raise these.
 
 Rules (see ../docs/ARCHITECTURE.md): one root, ``TxmqError``. Operating errors (bad input, a full
 disk, a corrupt record, a peer that breaks the protocol) are exceptions from this tree, each
@@ -15,9 +15,16 @@ from __future__ import annotations
 import errno
 import functools
 
-# The one home of ``invariant`` is txmq/checks.py (compiled: a C call from compiled modules);
-# it is imported from here, the place every module already imports its errors from.
-from txmq.checks import invariant as invariant
+
+def invariant(condition: bool, message: str) -> None:
+    """Check a programmer invariant even under ``python -O``.
+
+    ``assert`` disappears with ``-O``; storage invariants must not. A failure here means the code
+    is wrong, and the only safe reaction is to stop (TigerStyle): callers never catch it.
+    """
+    if not condition:
+        raise AssertionError(message)
+
 
 # RocketMQ v2 status codes (apache/rocketmq-apis definition.proto, enum Code). Only the ones we
 # use are named; the protocol layer maps any TxmqError to its ``code``.
@@ -57,8 +64,6 @@ CODE_TOO_MANY_REQUESTS = 42900
 CODE_REQUEST_HEADER_FIELDS_TOO_LARGE = 43100
 CODE_MESSAGE_PROPERTIES_TOO_LARGE = 43101
 CODE_INTERNAL_ERROR = 50000
-CODE_HA_NOT_AVAILABLE = 50002
-CODE_SLAVE_PERSISTENCE_TIMEOUT = 50402
 CODE_INTERNAL_SERVER_ERROR = 50001
 CODE_HA_NOT_AVAILABLE = 50002
 CODE_PROXY_TIMEOUT = 50400
@@ -321,7 +326,8 @@ class StoreClosedError(StoreError):
         super().__init__("store is closed")
 
 
-# --- Authentication and authorization (txmq/protocol/auth.py, txmq/broker/auth.py). ---------------
+# --- Authentication and authorization (txmq/protocol/auth.py, txmq/broker/security/auth.py).
+# ---------------
 
 
 class UnauthorizedError(TxmqError):

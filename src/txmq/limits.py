@@ -111,7 +111,7 @@ INVISIBLE_DURATION_MS_MAX: Final = 12 * 3600 * 1000
 LONG_POLLING_TIMEOUT_MS_MAX: Final = 30_000
 RECEIVE_BATCH_MAX: Final = 32
 INFLIGHT_PER_GROUP_QUEUE_MAX: Final = 10_000
-# Record bytes one ReceiveMessage stream may hold before gRPC takes them (broker/flow.py): a
+# Record bytes one ReceiveMessage stream may hold before gRPC takes them (broker/consume/flow.py): a
 # batch stops before passing it (one record always goes). 8 MiB is two maximum-size default
 # bodies; a client that never reads pins at most this much.
 RECEIVE_STREAM_BYTES_MAX: Final = 8 * MiB
@@ -122,7 +122,8 @@ RECEIVE_BYTES_HELD_MAX: Final = 128 * MiB
 # instead of paying an executor round trip (two thread hand-offs); a group further behind may
 # read cold records from disk, which must not stall the loop, so its receives stay in a thread.
 RECEIVE_ON_LOOP_LAG_MAX: Final = 1024
-# A receipt handle (broker/receipt.py) is base64 of a fixed head, the group and topic names and
+# A receipt handle (broker/consume/receipt.py) is base64 of a fixed head, the group and topic names
+# and
 # a keyed tag: at most 2,090 characters with the name bounds above (4 UTF-8 bytes a character).
 # Longer text is refused before it is decoded; receipt.py checks at import that its longest
 # handle fits.
@@ -219,7 +220,8 @@ SEND_BATCH_MAX: Final = 64
 MESSAGE_FIND_RESULTS_DEFAULT: Final = 32
 MESSAGE_FIND_RESULTS_MAX: Final = 1000
 
-# Broker settings a configuration may choose (broker/config.py refuses values outside them).
+# Broker settings a configuration may choose (broker/config/broker_config.py refuses values outside
+# them).
 # A check-back more often than every 100 ms would be a busy loop against producers.
 TRANSACTION_CHECK_INTERVAL_MS_MIN: Final = 100
 # Check-backs before rollback, deliveries before the DLQ: past a thousand a message is stuck.
@@ -462,7 +464,8 @@ REPLICA_ACK_RECHECK_MS: Final = 500
 # often: routes carry every replica's address (ADR 0006), and a replica that starts or moves is
 # advertised within a period. One etcd range per replica per period.
 REPLICA_LIST_PERIOD_MS: Final = 1_000
-# A follower forwards a client's data-plane call to its leader (broker/forward.py); with no
+# A follower forwards a client's data-plane call to its leader (broker/replication/forward.py);
+# with no
 # leader known yet (a failover under way) it waits this long for one before refusing with
 # HA_NOT_AVAILABLE: a new leader is chosen within TTL + an observe period.
 FORWARD_LEADER_WAIT_MS: Final = REPLICA_LEASE_TTL_MS + 2 * REPLICA_OBSERVE_PERIOD_MS

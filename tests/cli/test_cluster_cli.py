@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.cli.test_cli import ok, txmq
 from tests.integration.conftest import ROOT, wait_until
 from tests.integration.test_cluster import free_ports
-from txmq.broker.cluster_file import load
+from txmq.coordination.cluster_file import load
 
 
 def _lines(proc: subprocess.Popen[str], n: int, timeout_s: float) -> list[str]:

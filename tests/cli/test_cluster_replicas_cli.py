@@ -84,7 +84,8 @@ def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
         table = ok("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
         assert "leader" in table and "follower" in table and "in sync" in table
         assert "group-1" in table
-        # Each group's first replica is its preferred one (broker/preferred.py), said by every
+        # Each group's first replica is its preferred one (broker/leadership/preferred.py), said by
+        # every
         # replica of the group.
         assert {(r["name"], r.get("preferred")) for r in _replicas(port)} == {
             ("replica-0", "replica-0"), ("replica-1", "replica-0"),

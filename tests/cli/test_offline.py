@@ -14,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from txmq.broker.config_sources import load_config
+from txmq.broker.config.sources import load_config
 from txmq.cli.main import _register, cli
 from txmq.demo.report import FATE_COMMITS, Facts, SparkResult, checks, percentile
 from txmq.errors import (
@@ -252,7 +252,7 @@ def test_failure_plan_is_seeded_and_covers_every_fate() -> None:
 
 
 def test_configuration_reference_lists_every_setting() -> None:
-    from txmq.broker.config_sources import BROKER_FIELDS, STORE_FIELDS
+    from txmq.broker.config.sources import BROKER_FIELDS, STORE_FIELDS
 
     doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     for key in BROKER_FIELDS:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.apt import apt_lock
-from txmq.broker.etcd import Etcd
-from txmq.broker.etcd_server import PACKAGE_HINT, start_local_etcd
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.etcd_server import PACKAGE_HINT, start_local_etcd
 
 APT_TIMEOUT_S = 300
 

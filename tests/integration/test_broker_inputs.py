@@ -24,8 +24,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.conftest import ROOT, BrokerProcess
 from txmq import errors, limits
-from txmq.broker.config import BrokerConfig
-from txmq.broker.topics import TopicRegistry
+from txmq.broker.config.broker_config import BrokerConfig
+from txmq.broker.topics.registry import TopicRegistry
 from txmq.model import MessageType
 from txmq.store.disk import OsDisk
 

@@ -30,8 +30,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import Checker, consumer, drain, message, producer
 from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
-from txmq.broker.cluster_file import ClusterFile, Member, write
 from txmq.client.admin import call, cluster_call
+from txmq.coordination.cluster_file import ClusterFile, Member, write
 from txmq.errors import TxmqError
 
 

@@ -15,7 +15,7 @@ from rocketmq.v5.exception import BadRequestException
 
 from tests.integration.clients import config, consumer, drain, message, producer
 from tests.integration.conftest import BrokerProcess, wait_until
-from txmq.broker.offsets import FILE_NAME, OffsetFile
+from txmq.broker.consume.positions import FILE_NAME, OffsetFile
 
 CODE_INVALID_RECEIPT_HANDLE = 40013
 

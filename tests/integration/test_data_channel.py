@@ -1,4 +1,5 @@
-"""The data channel's record pull (``txmq.data.v1.Data/PullRecords``, broker/data.py) against a
+"""The data channel's record pull (``txmq.data.v1.Data/PullRecords``, broker/data_channel/pull.py)
+against a
 real broker process: it returns only committed messages, in queue order, as verified records;
 every bad request answers a typed refusal and leaves the broker serving.
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from txmq import limits
-from txmq.broker.etcd import Etcd
-from txmq.broker.etcd_server import start_local_etcd, wait_ready
-from txmq.broker.leadership import Leadership, monotonic_ms
+from txmq.broker.leadership.runner import Leadership, monotonic_ms
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.etcd_server import start_local_etcd, wait_ready
 from txmq.errors import CoordinationError
 
 from .etcd_fixtures import ensure_etcd, etcd_endpoint  # noqa: F401  (fixture)

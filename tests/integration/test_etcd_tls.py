@@ -24,8 +24,8 @@ from tests.integration.clients import message, producer
 from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
 from tests.integration.etcd_fixtures import ensure_etcd
 from tests.integration.test_replication import create_topic, leader_of, status
-from txmq.broker.etcd import Etcd, EtcdTls
-from txmq.broker.etcd_server import EtcdServing, start_local_etcd
+from txmq.coordination.etcd import Etcd, EtcdTls
+from txmq.coordination.etcd_server import EtcdServing, start_local_etcd
 from txmq.demo.certs import Bundle, make_bundle
 from txmq.errors import ConfigError, CoordinationError
 

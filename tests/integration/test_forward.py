@@ -1,4 +1,5 @@
-"""A follower's forwarding (broker/forward.py, ADR 0006) against a real gRPC server on a real
+"""A follower's forwarding (broker/replication/forward.py, ADR 0006) against a real gRPC server on
+a real
 socket standing in for the leader: bytes and metadata arrive as the client sent them, the
 leader's answer and its gRPC errors come back, and a leader that is unknown or unreachable is
 answered HA_NOT_AVAILABLE naming why, in the method's own response type.
@@ -16,9 +17,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from txmq.broker.election import Leader
-from txmq.broker.forward import V2_SERVICE, Forwarder
-from txmq.broker.replica_node import forwarding_channel
+from txmq.broker.node.replica import forwarding_channel
+from txmq.broker.replication.forward import V2_SERVICE, Forwarder
+from txmq.coordination.keys import Leader
 from txmq.protocol.client_security import PLAINTEXT
 
 CLIENT_META = (("x-mq-client-id", "client-1"), ("authorization", "MQv2-HMAC-SHA1 x"))

@@ -171,7 +171,7 @@ def test_bad_end_transaction_and_heartbeat_answer_statuses(
 
 def test_garbage_bytes_do_not_hurt_the_broker(broker: BrokerProcess) -> None:
     channel = grpc.insecure_channel(broker.endpoints)
-    # Bytes that do not parse get the RPC's own reply with BAD_REQUEST (broker/decode.py), a
+    # Bytes that do not parse get the RPC's own reply with BAD_REQUEST (broker/rpc/decode.py), a
     # status RocketMQ clients read, rather than gRPC's UNKNOWN.
     for method in ("SendMessage", "EndTransaction", "QueryRoute", "Heartbeat"):
         reply_type = getattr(sv, f"{method}Response")

@@ -30,8 +30,8 @@ from tests.integration.clients import Checker, consumer, drain, message, produce
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
 from tests.integration.test_cluster import brokers_of, free_ports
 from tests.integration.test_replication import FAILOVER_S, status
-from txmq.broker.cluster_file import ClusterFile, Group, Member, write
 from txmq.client.admin import call
+from txmq.coordination.cluster_file import ClusterFile, Group, Member, write
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

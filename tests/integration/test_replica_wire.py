@@ -1,4 +1,4 @@
-"""Fetch rounds on plain TCP (broker/replica_wire.py) beside the gRPC port.
+"""Fetch rounds on plain TCP (broker/replication/wire.py) beside the gRPC port.
 
 Real sockets on 127.0.0.1: the wire answers requests in lockstep with the leader's answer
 function, closes a connection after a refusal or an oversized frame, and closes every
@@ -25,9 +25,9 @@ import grpc
 import pytest
 
 from txmq import limits
-from txmq.broker.leader_link import ROUND_TIMEOUT_S, LeaderLink
-from txmq.broker.replica_wire import CONNECT_TIMEOUT_S, WireLink, serve_wire
-from txmq.broker.replication import SERVICE
+from txmq.broker.replication.leader import SERVICE
+from txmq.broker.replication.leader_link import ROUND_TIMEOUT_S, LeaderLink
+from txmq.broker.replication.wire import CONNECT_TIMEOUT_S, WireLink, serve_wire
 from txmq.protocol import channels
 from txmq.protocol.client_security import PLAINTEXT
 

@@ -26,8 +26,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import Checker, consumer, drain, message, producer
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
-from txmq.broker.etcd import Etcd
-from txmq.broker.leadership import insync_key
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.keys import insync_key
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

@@ -1,4 +1,4 @@
-"""A follower's fetch rounds on one ``Replica.Follow`` stream (broker/leader_link.py).
+"""A follower's fetch rounds on one ``Replica.Follow`` stream (broker/replication/leader_link.py).
 
 Against stand-in leaders (real grpc.aio servers on 127.0.0.1, each with only what the case
 needs, or a socket that accepts and never answers): rounds share one stream; a leader without
@@ -23,8 +23,8 @@ from typing import Any
 import grpc
 
 from txmq import limits
-from txmq.broker.leader_link import ROUND_TIMEOUT_S, LeaderLink
-from txmq.broker.replication import SERVICE
+from txmq.broker.replication.leader import SERVICE
+from txmq.broker.replication.leader_link import ROUND_TIMEOUT_S, LeaderLink
 from txmq.protocol.client_security import PLAINTEXT
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)

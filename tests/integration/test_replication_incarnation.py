@@ -34,8 +34,8 @@ from tests.integration.test_replication import (
     status,
 )
 from txmq import limits
-from txmq.broker.etcd import Etcd
-from txmq.broker.leadership import decode_insync, insync_key, leader_key
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.keys import decode_insync, insync_key, leader_key
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

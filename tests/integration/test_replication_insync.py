@@ -26,8 +26,8 @@ from tests.integration.test_replication import (
     route,
     status,
 )
-from txmq.broker.etcd import Etcd
-from txmq.broker.leadership import insync_key
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.keys import insync_key
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

@@ -28,7 +28,7 @@ from tests.integration.clients import consumer, message, producer
 from tests.integration.conftest import FAST, BrokerProcess, wait_until
 from tests.integration.test_cluster import free_ports
 from tests.integration.test_replication import FAILOVER_S, create_topic, status
-from txmq.broker.cluster_file import ClusterFile, Group, Member, write
+from txmq.coordination.cluster_file import ClusterFile, Group, Member, write
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

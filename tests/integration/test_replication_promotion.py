@@ -38,8 +38,8 @@ from tests.integration.test_replication import (
     replica_group,
     status,
 )
-from txmq.broker.etcd import Etcd
-from txmq.broker.leadership import leader_key
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.keys import leader_key
 from txmq.spark.client import BrokerClient
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)

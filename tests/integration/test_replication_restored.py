@@ -34,8 +34,8 @@ from tests.integration.test_replication import (
     status,
 )
 from tests.integration.test_replication_incarnation import members, stored
-from txmq.broker.etcd import Etcd
-from txmq.broker.leadership import insync_key
+from txmq.coordination.etcd import Etcd
+from txmq.coordination.keys import insync_key
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

@@ -340,7 +340,7 @@ def test_a_secured_cluster_members_sign_and_encrypt_their_calls_to_each_other(
     tmp_path: Path, pki: Bundle
 ) -> None:
     from tests.integration.test_cluster import free_ports
-    from txmq.broker.cluster_file import ClusterFile, Member, write
+    from txmq.coordination.cluster_file import ClusterFile, Member, write
 
     members = tuple(Member(f"b{i}", "127.0.0.1", p) for i, p in enumerate(free_ports(2)))
     cluster = tmp_path / "cluster.toml"

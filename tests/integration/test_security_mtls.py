@@ -122,7 +122,7 @@ def test_a_cluster_requiring_client_certificates_serves_across_members(
     official_with_certificate: None,
 ) -> None:
     from tests.integration.test_cluster import free_ports
-    from txmq.broker.cluster_file import ClusterFile, Member, write
+    from txmq.coordination.cluster_file import ClusterFile, Member, write
 
     members = tuple(Member(f"b{i}", "127.0.0.1", p) for i, p in enumerate(free_ports(2)))
     cluster = tmp_path / "cluster.toml"

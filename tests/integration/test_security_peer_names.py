@@ -27,8 +27,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from tests.integration.conftest import FAST, BrokerProcess
 from tests.integration.security_fixtures import ACL, SECRETS, send_request, write_acl
 from tests.integration.test_security_mtls import _roles, replica_status, v2_call, who
-from txmq.broker.peer_names import PeerInterceptor, PeerNames
-from txmq.broker.replication import SERVICE
+from txmq.broker.replication.leader import SERVICE
+from txmq.broker.security.peer_names import PeerInterceptor, PeerNames
 from txmq.client.admin import call
 from txmq.demo.certs import Authority, Bundle
 from txmq.errors import CODE_FORBIDDEN, ForbiddenError

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import SMALL, Clock
-from txmq.broker.membership import PeerError
+from txmq.broker.cluster.membership import PeerError
 from txmq.errors import BadRequestError
 from txmq.model import PROP_TRANSACTION_ID, Outcome, Record, RecordDraft, TxnFlag
 from txmq.spark import options as opt

@@ -11,7 +11,7 @@ import pytest
 from rocketmq.v5.util.signature import Signature
 
 from txmq import limits
-from txmq.broker.auth import Guard, read_acl_file
+from txmq.broker.security.auth import Guard, read_acl_file
 from txmq.errors import ConfigError, UnauthorizedError
 from txmq.protocol import auth
 from txmq.protocol.acl import parse_acl
@@ -100,7 +100,7 @@ def test_acl_file_permissions_and_reload(guard: Guard, tmp_path: Path) -> None:
 def test_refusal_lines_are_bounded_per_second(
     guard: Guard, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from txmq.broker.edge import AuthInterceptor
+    from txmq.broker.security.interceptor import AuthInterceptor
     from txmq.errors import ForbiddenError
 
     now = [1_000_000]

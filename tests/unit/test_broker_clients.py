@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from txmq import limits
-from txmq.broker.clients import Clients
+from txmq.broker.rpc.sessions import Clients
 
 
 async def test_liveness_follows_open_streams() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import SMALL, Clock
 from txmq import limits
-from txmq.broker.delay import DelaySchedule, due_later
+from txmq.broker.produce.delay import DelaySchedule, due_later
 from txmq.model import DELAY_TOPIC, PROP_DELIVERY_TIMESTAMP_MS, RecordDraft
 from txmq.store.store import Store
 

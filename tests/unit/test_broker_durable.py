@@ -1,4 +1,4 @@
-"""The event loop's side of durable writes (txmq.broker.durable) over a real store.
+"""The event loop's side of durable writes (txmq.broker.produce.durable) over a real store.
 
 Goal: a transaction prepared and decided through ``drive`` ends exactly as through the blocking
 API; a request cancelled while its write waits for the fsync still gets its write booked (the
@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import SMALL, Clock
 from tests.unit.test_store_flush import ROOT, GatedDisk, wait_until
-from txmq.broker import durable
+from txmq.broker.produce import durable
 from txmq.model import DecisionSource, Outcome, RecordDraft
 from txmq.store.store import Store
 from txmq.txn.coordinator import Transactions

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from txmq.broker.cluster_file import ClusterFile, ClusterFileError, Group, Member, load, write
+from txmq.coordination.cluster_file import ClusterFile, ClusterFileError, Group, Member, load, write
 
 GOOD = """
 [cluster]

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.conftest import Clock
-from txmq.broker.delivery import Candidate, DeliveryBook, Expired, Grant, QueueKey
+from txmq.broker.consume.book import Candidate, DeliveryBook, Expired, Grant, QueueKey
 from txmq.errors import InvalidReceiptHandleError
 
 K = QueueKey("g", "t", 0)
@@ -327,7 +327,7 @@ def test_a_books_key_is_found_as_the_very_object_books_holds() -> None:
     key of every book however it came (opened, restored from a saved position, reset), the
     same object ``books`` holds; None for a queue, group or topic without a book."""
     from txmq import limits
-    from txmq.broker.delivery import Position
+    from txmq.broker.consume.book import Position
 
     b = book()
     assert b.known_key("g", "t", 0) is K and b.key_of("g", "t", 0) is K

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from txmq import limits
-from txmq.broker.filter import matches, parse_tags
+from txmq.broker.consume.filter import matches, parse_tags
 from txmq.errors import IllegalFilterExpressionError
 
 

@@ -19,11 +19,11 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 
 from tests.conftest import SMALL, Clock
 from txmq import errors
-from txmq.broker.config import BrokerConfig
-from txmq.broker.consume import ConsumeRpcs
-from txmq.broker.metrics import Metrics
-from txmq.broker.offsets import ConsumerPositions
-from txmq.broker.topics import TopicRegistry
+from txmq.broker.config.broker_config import BrokerConfig
+from txmq.broker.consume.positions import ConsumerPositions
+from txmq.broker.consume.rpcs import ConsumeRpcs
+from txmq.broker.metrics.prometheus import Metrics
+from txmq.broker.topics.registry import TopicRegistry
 from txmq.model import PROP_ORIGIN_MESSAGE_ID, RecordDraft
 from txmq.store.store import Store
 

@@ -1,13 +1,14 @@
-"""Leadership and in-sync set rules of a replica group (txmq.broker.election), clock injected."""
+"""Leadership and in-sync set rules of a replica group (txmq.broker.leadership.election), clock
+injected."""
 
 from __future__ import annotations
 
 import pytest
 
 from txmq import limits
-from txmq.broker.election import Confirmed, Election, InSync, Leader, Step
-from txmq.broker.etcd import KeyValue
-from txmq.broker.leadership import decode_confirmed, decode_insync, encode_insync
+from txmq.broker.leadership.election import Election, InSync, Step
+from txmq.coordination.etcd import KeyValue
+from txmq.coordination.keys import Confirmed, Leader, decode_confirmed, decode_insync, encode_insync
 from txmq.errors import RemoteProtocolError
 
 TTL = limits.REPLICA_LEASE_TTL_MS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from txmq.broker.follower import clamp_positions
+from txmq.broker.replication.follower import clamp_positions
 
 
 def test_positions_past_a_followers_queue_end_are_cut_back_to_it() -> None:

@@ -6,7 +6,7 @@ retained offset; retention below the ack offset is not lag; subscriptions alone 
 
 from __future__ import annotations
 
-from txmq.broker.lag import group_lags
+from txmq.broker.consume.lag import group_lags
 
 RANGES = {("t", 0): (0, 5), ("t", 1): (0, 5), ("t", 2): (2, 5), ("t", 3): (0, 5), ("u", 0): (0, 7)}
 

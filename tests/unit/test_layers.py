@@ -59,7 +59,7 @@ def test_the_package_as_it_is_keeps_the_contract(tree: Path) -> None:
         ("dashboard/link.py", "from txmq.cli import commands"),
         ("client/admin.py", "from txmq.dashboard import link"),
         ("dashboard/app.py", "from txmq.demo import report"),
-        ("broker/app.py", "from txmq.client import admin"),
+        ("broker/node/serve.py", "from txmq.client import admin"),
     ],
 )
 def test_an_import_that_runs_back_up_breaks_the_contract(

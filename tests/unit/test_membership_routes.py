@@ -5,9 +5,9 @@ route as one target whose TLS hostname check fails (docs/security.md)."""
 
 from __future__ import annotations
 
-from txmq.broker.cluster_file import ClusterFile, Group, Member
-from txmq.broker.election import Leader
-from txmq.broker.membership import Membership
+from txmq.broker.cluster.membership import Membership
+from txmq.coordination.cluster_file import ClusterFile, Group, Member
+from txmq.coordination.keys import Leader
 from txmq.protocol.client_security import ClientSecurity
 
 R0, R1 = Member("r0", "127.0.0.1", 7001), Member("r1", "127.0.0.1", 7002)

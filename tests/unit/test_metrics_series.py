@@ -10,7 +10,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from txmq.broker.metrics import LATENCY_BUCKETS, Metrics
+from txmq.broker.metrics.prometheus import LATENCY_BUCKETS, Metrics
 
 CREATED = re.compile(r"^(\w+_created(?:\{[^}]*\})?) [0-9.e+]+$", re.MULTILINE)
 LATENCIES = (0.0001, 0.0005, 0.0007, 0.003, 0.05, 1.0, 2.5)

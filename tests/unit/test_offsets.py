@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import SMALL, Clock
 from txmq import limits
-from txmq.broker.delivery import Position, QueueKey
-from txmq.broker.offsets import FILE_NAME, Ask, ConsumerPositions, Delivery, OffsetFile
+from txmq.broker.consume.book import Position, QueueKey
+from txmq.broker.consume.positions import FILE_NAME, Ask, ConsumerPositions, Delivery, OffsetFile
 from txmq.errors import ConfigError, InvalidReceiptHandleError
 from txmq.model import PROP_MESSAGE_GROUP, RecordDraft
 from txmq.store.store import Store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txmq.broker.peer_names import PeerNames, certificate_names, normal
+from txmq.broker.security.peer_names import PeerNames, certificate_names, normal
 from txmq.errors import ForbiddenError
 
 

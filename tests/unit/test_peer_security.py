@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from txmq.broker.auth import peer_security
-from txmq.broker.config import BrokerConfig
+from txmq.broker.config.broker_config import BrokerConfig
+from txmq.broker.security.auth import peer_security
 from txmq.demo.certs import Bundle, make_bundle
 from txmq.errors import ConfigError
 from txmq.protocol.client_security import ClientSecurity

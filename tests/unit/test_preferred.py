@@ -1,11 +1,12 @@
-"""The preferred-replica rule (txmq.broker.preferred): when a leader hands the lead back to its
+"""The preferred-replica rule (txmq.broker.leadership.preferred): when a leader hands the lead back
+to its
 group's first member, and when a replica holds its campaign back; clock injected."""
 
 from __future__ import annotations
 
-from txmq.broker.cluster_file import Group, Member
-from txmq.broker.election import InSync
-from txmq.broker.preferred import HandBack, Phase, counts, preferred_of
+from txmq.broker.leadership.election import InSync
+from txmq.broker.leadership.preferred import HandBack, Phase, counts, preferred_of
+from txmq.coordination.cluster_file import Group, Member
 
 DRAIN, TAKEOVER, RETRY, DEFER = 2_000, 4_000, 30_000, 1_000
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txmq import errors, limits
-from txmq.broker import receipt
-from txmq.broker.receipt import Receipt, ReceiptCodec
+from txmq.broker.consume import receipt
+from txmq.broker.consume.receipt import Receipt, ReceiptCodec
 from txmq.errors import InvalidReceiptHandleError
 
 R = Receipt("group-é", "topic", 7, 123456789, 42)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from txmq.broker.config import BrokerConfig
-from txmq.broker.parts import Parts
-from txmq.broker.produce import Sent
+from txmq.broker.config.broker_config import BrokerConfig
+from txmq.broker.produce.send_path import Sent
+from txmq.broker.state.parts import Parts
 from txmq.errors import BadRequestError, InvalidTransactionIdError, MessageTypeConflictError
 from txmq.model import (
     PROP_MESSAGE_GROUP,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from txmq.broker.membership import copy_definition, define, definition
-from txmq.broker.topics import TopicInfo, TopicRegistry
+from txmq.broker.cluster.membership import copy_definition, define, definition
+from txmq.broker.topics.registry import TopicInfo, TopicRegistry
 from txmq.errors import BadRequestError
 from txmq.model import MessageType
 from txmq.store.disk import OsDisk

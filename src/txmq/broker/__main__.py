@@ -1,6 +1,6 @@
 """``python -m txmq.broker``: start one broker; the same flags as ``txmq broker``.
 
-Runs the ``broker`` click command (txmq/broker/command.py) alone, without the rest of the CLI,
+Runs the ``broker`` click command (txmq/broker/node/command.py) alone, without the rest of the CLI,
 so a broker starts even while other commands (demo, Spark helpers) are broken or missing
 dependencies. Prints ``txmq broker listening on HOST:PORT`` once it accepts RPCs (tests read
 the port from it when started with ``--port 0``); SIGINT/SIGTERM shut it down cleanly.
@@ -8,7 +8,7 @@ the port from it when started with ``--port 0``); SIGINT/SIGTERM shut it down cl
 
 import sys
 
-from txmq.broker.command import broker
+from txmq.broker.node.command import broker
 from txmq.errors import TxmqError
 from txmq.exits import EXIT_FAILED
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq import limits
-from txmq.broker.config import BrokerConfig
+from txmq.broker.config.broker_config import BrokerConfig
 from txmq.client.admin import call, call_pages, cluster_call, members
 from txmq.client.security import F, security_options
 from txmq.errors import BadRequestError, NotFoundError, TxmqError

@@ -24,12 +24,12 @@ from typing import Any
 import click
 
 from txmq import limits
-from txmq.broker.cluster_file import ClusterFile, Member, write
-from txmq.broker.command_options import etcd_tls_options
-from txmq.broker.etcd import EtcdTls
+from txmq.broker.config.options import etcd_tls_options
 from txmq.cli import cluster_replicas
 from txmq.cli.admin_commands import endpoints_option, json_option, show
 from txmq.client.admin import cluster_call
+from txmq.coordination.cluster_file import ClusterFile, Member, write
+from txmq.coordination.etcd import EtcdTls
 from txmq.errors import TxmqError
 
 CLUSTER_FILE_NAME = "cluster.toml"

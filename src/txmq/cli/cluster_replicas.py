@@ -20,14 +20,14 @@ from typing import Any
 
 import grpc
 
-from txmq.broker.cluster_file import ClusterFile, Group, Member
-from txmq.broker.etcd import Etcd, EtcdTls
-from txmq.broker.etcd_server import start_local_etcd
-from txmq.broker.leadership import decode_insync, decode_leader, encode_insync
-from txmq.broker.replication import SERVICE
 from txmq.client.admin import call
 from txmq.client.security import current
+from txmq.coordination.cluster_file import ClusterFile, Group, Member
+from txmq.coordination.etcd import Etcd, EtcdTls
+from txmq.coordination.etcd_server import start_local_etcd
+from txmq.coordination.keys import decode_insync, decode_leader, encode_insync
 from txmq.errors import BrokerUnavailableError, CoordinationError, TxmqError
+from txmq.protocol import channels
 from txmq.protocol.client_security import open_channel
 
 STATUS_TIMEOUT_S = 2.0
@@ -67,7 +67,7 @@ def replica_status(endpoint: str) -> dict[str, Any] | None:
     chosen = current()
     channel = open_channel(endpoint, chosen)
     try:
-        stub = channel.unary_unary(f"/{SERVICE}/Status")
+        stub = channel.unary_unary(f"/{channels.REPLICA_SERVICE}/Status")
         metadata = chosen.metadata(time.time_ns() // 1_000_000)
         reply = stub(b"{}", metadata=metadata, timeout=STATUS_TIMEOUT_S)
     except grpc.RpcError:

@@ -1,4 +1,4 @@
-"""The ``txmq`` command group: it registers the ``broker`` command (txmq/broker/command.py),
+"""The ``txmq`` command group: it registers the ``broker`` command (txmq/broker/node/command.py),
 the client commands and the demo, and maps typed errors to the exit-code contract
 (txmq/exits.py: one ``txmq: ...`` line, documented exit codes).
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from txmq.broker.command import broker
+from txmq.broker.node.command import broker
 from txmq.errors import TxmqError
 from txmq.exits import OneLineErrors, cli_error
 

@@ -1,5 +1,5 @@
 """Client of the broker's admin channel (``txmq.admin.v1.Admin``, JSON bodies; the server side
-is txmq/broker/admin.py).
+is txmq/broker/admin/service.py).
 
 Owns: one call = one short-lived channel, and the mapping of failures to typed errors that the
 CLI turns into exit codes: nothing answering -> BrokerUnavailableError (3); a refusal -> the
@@ -135,7 +135,7 @@ def _certificate_hint(error: TxmqError, security: ClientSecurity) -> TxmqError:
 def call_pages(
     endpoints: str, method: str, args: dict[str, Any], rows: str, *, timeout_s: float = 10.0
 ) -> list[Any]:
-    """Every row of a paged listing (TxnList, TopicList, GroupList: broker/listing.py),
+    """Every row of a paged listing (TxnList, TopicList, GroupList: broker/admin/listing.py),
     following the ``next`` cursor from page to page. ``rows`` names the list in each reply.
 
     Raises what ``call`` raises, and RemoteProtocolError if the broker's cursors do not

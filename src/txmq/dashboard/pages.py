@@ -99,7 +99,7 @@ async def overview(ui: Ui, request: Request) -> Response:
 
 
 async def listing(ui: Ui, request: Request, method: str, rows: str) -> dict[str, Any]:
-    """One page of a paged admin listing (broker/listing.py): the page the browser asked for
+    """One page of a paged admin listing (broker/admin/listing.py): the page the browser asked for
     with ``?after=``, and the cursor of the next page for a "next page" link (None at the end)."""
     after = request.query_params.get("after", "")
     args = {"after": after, "limit": limits.DASHBOARD_PAGE_ROWS_MAX}

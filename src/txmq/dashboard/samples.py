@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from txmq import limits
 from txmq.errors import invariant
 
-# Counter and gauge names the overview reads (see txmq/broker/metrics.py); counters are summed
+# Counter and gauge names the overview reads (see txmq/broker/metrics/prometheus.py); counters are
+# summed
 # over their labels.
 SENT = "txmq_messages_sent"
 RECEIVED = "txmq_messages_received"

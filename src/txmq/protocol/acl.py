@@ -2,7 +2,7 @@
 
 Owns: the model (``User``, ``Acl``), name patterns, and turning the text of an ACL file into an
 ``Acl`` or one ConfigError line naming the file and the key at fault. Reading the file and its
-permission check live in txmq/broker/auth.py.
+permission check live in txmq/broker/security/auth.py.
 Must not: read files or clocks, or put a secret into an error message.
 
 File format (docs/security.md)::

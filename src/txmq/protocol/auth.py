@@ -3,7 +3,8 @@
 Owns: parsing the ``authorization`` header and the ``x-mq-date-time`` header every official
 RocketMQ 5 client sends with each RPC, checking the date against a clock handed in, computing and
 comparing the signature in constant time, and building the same headers for txmq's own clients.
-Must not: read a clock, a file or a socket (the broker does, in txmq/broker/auth.py), or put a
+Must not: read a clock, a file or a socket (the broker does, in txmq/broker/security/auth.py), or
+put a
 secret into an error message.
 
 Theory of operation. The header is

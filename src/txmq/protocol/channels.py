@@ -1,5 +1,5 @@
 """txmq's own gRPC channels, both sides: ``txmq.admin.v1.Admin`` and ``txmq.data.v1.Data``
-(served by broker/admin.py and broker/data.py).
+(served by broker/admin/service.py and broker/data_channel/pull.py).
 
 Owns: the service names, the one encoding of a plain request (a JSON object), the one framing
 of every reply on both channels and of a request that carries records (``frame``: a 4-byte
@@ -25,6 +25,7 @@ from txmq.errors import BrokerUnavailableError, RemoteProtocolError, TxmqError
 
 ADMIN_SERVICE: Final = "txmq.admin.v1.Admin"
 DATA_SERVICE: Final = "txmq.data.v1.Data"
+REPLICA_SERVICE: Final = "txmq.replica.v1.Replica"
 # The data channel frame: this header length (big-endian u32), the JSON header, the payload.
 HEADER_LENGTH: Final = struct.Struct(">I")
 _UNREACHABLE: Final = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -1,8 +1,9 @@
 """A small synchronous client of the broker for the Spark connector, over gRPC only.
 
 Owns: the v2 calls the connector needs (QueryRoute, QueryOffset, SendMessage, EndTransaction),
-PrepareBundle (many messages as one transaction, for the sink; broker/bundles.py),
-the record pull of the data channel (txmq.data.v1, broker/data.py: many records per reply,
+PrepareBundle (many messages as one transaction, for the sink; broker/data_channel/bundles.py),
+the record pull of the data channel (txmq.data.v1, broker/data_channel/pull.py: many records per
+reply,
 where the v2 PullMessage streams one per item), one admin call (MessageFind, to read the sink
 ledger by key: the v2 protocol has no lookup by key), the ``x-mq-*`` metadata, bounded
 retries of transient failures, and turning every failure into a typed error. Runs on the
@@ -436,7 +437,8 @@ class BrokerClient:
         self, topic: str, messages: Sequence[bytes], properties: Mapping[str, str]
     ) -> SentHalf:
         """Store ``messages`` (each from ``txn.bundle.encode_message``) as ONE transaction, a
-        half message that EndTransaction decides as a whole (PrepareBundle, broker/bundles.py).
+        half message that EndTransaction decides as a whole (PrepareBundle,
+        broker/data_channel/bundles.py).
 
         A refusal with ``retriable`` true is the broker pushing back (disk watermark, too many
         pending transactions): the caller pauses and retries."""

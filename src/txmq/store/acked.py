@@ -12,7 +12,7 @@ less than the replica knew: the safe direction (a restarted replica holds back m
 followers confirm it, and shows nothing early). Lowered before a cut moves the log below it
 (store/truncate.py), and never read past the log's end, so it never vouches for bytes this log
 does not hold or holds differently. An unreadable file counts as 0 (everything held).
-Must not: decide what is acknowledged (broker/replication.py and follower.py do).
+Must not: decide what is acknowledged (broker/replication/leader.py and follower.py do).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the id changes exactly when the data may have been lost. The leader stores
 each in-sync member as (name, incarnation) and only a replica whose pair is stored may lead
 (Kafka's broker epochs in the eligible-leader-replica set, KIP-966), so a member restarted on an
 empty disk under its old name is not mistaken for the one that held the acknowledged records.
-Must not: decide anything about leadership (broker/election.py does).
+Must not: decide anything about leadership (broker/leadership/election.py does).
 
 An unreadable file counts as none (a new id): the safe direction, since a new incarnation only
 has to catch up again before it counts or may lead. ``write_atomic`` never leaves a torn file.

@@ -30,7 +30,7 @@ names its home (PROP_SINK_LEDGER); a member's check-back reads the home's ledger
 cluster's admin channel (``SinkLedger.place``), and while the home does not answer the half
 waits without spending a check, so a batch is never decided from a partial view.
 
-Registering (the broker does this in broker/parts.py)::
+Registering (the broker does this in broker/state/parts.py)::
 
     Transactions(store, ..., resolvers=[SinkLedger(store.find_by_key)])
 

@@ -4,7 +4,7 @@ A ``Steps[T]`` is a generator that yields each ``flush.Pending`` write it must w
 returns its result. It reads the write's outcome itself after the yield
 (``store.durable(pending)``), so a failed fsync raises inside it, where its own cleanup runs.
 ``run_blocking`` drives one in a thread (waiting on the write's group); the broker's event loop
-drives one with ``Group.on_done`` callbacks (txmq.broker.durable), so no thread sits waiting
+drives one with ``Group.on_done`` callbacks (txmq.broker.produce.durable), so no thread sits waiting
 for the flusher and the loop never blocks.
 
 Why: a durable RPC used to cross four threads (event loop -> executor -> flusher -> executor ->
