@@ -1,6 +1,8 @@
 """Every bound in txmq, with the reason for its value.
 
-Owns: constants only. TigerStyle: "put a limit on everything". Relationships between limits are
+Owns: constants only, grouped by subsystem (records, store, transactions, producers, consumers,
+gRPC, channels, Spark, security, clusters, replication, dashboard, demo). TigerStyle: "put a
+limit on everything". Relationships between limits are
 checked at import time, so an inconsistent edit fails at once rather than under load.
 Configurable values (StoreConfig, BrokerConfig) default to these, validated against the maxima.
 """
@@ -13,7 +15,7 @@ KiB: Final = 1024
 MiB: Final = 1024 * KiB
 GiB: Final = 1024 * MiB
 
-# --- Records and messages. ------------------------------------------------------------------------
+# --- Records, messages and topics. ----------------------------------------------------------------
 # RocketMQ's default maximum message body is 4 MiB; we match it so clients behave the same.
 BODY_SIZE_MAX_DEFAULT: Final = 4 * MiB
 # Hard ceiling for a configured body maximum: a record must fit a segment with room to spare.
@@ -36,9 +38,13 @@ QUEUES_PER_TOPIC_MAX: Final = 256
 # directory and a delivery book per group; with auto-creation on, a caller naming topics must
 # not grow them without end. (Consumer groups are bounded by CONSUMER_QUEUES_MAX positions.)
 TOPICS_MAX: Final = 10_000
-
-# --- Commit log. ----------------------------------------------------------------------------------
 SEGMENT_SIZE_DEFAULT: Final = 1 * GiB
+# Fixed per-record header bytes are counted in format/record.py; this bounds one encoded record.
+RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
+# Seconds beyond this are not a plausible date (year 5138): the value is milliseconds.
+TIMESTAMP_SECONDS_PLAUSIBLE_MAX: Final = 10**11
+
+# --- Store: commit log, disk space, flush and retention. ------------------------------------------
 # Tests use small segments; below 64 KiB a default-sized record could not fit with its header.
 SEGMENT_SIZE_MIN: Final = 64 * KiB
 SEGMENT_SIZE_MAX: Final = 4 * GiB
@@ -62,8 +68,6 @@ DAMAGED_RECORDS_REPORTED_MAX: Final = 1000
 SCRUB_BYTES_PER_STEP: Final = 4 * MiB
 # ... then rests this long after each whole pass (bit rot is slow; reads check what they serve).
 SCRUB_PASS_PAUSE_MS: Final = 10 * 60_000
-# Fixed per-record header bytes are counted in format/record.py; this bounds one encoded record.
-RECORD_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + PROPERTIES_SIZE_MAX + 4 * KiB
 # ASYNC flush mode: how long an acknowledged write may stay only in the page cache.
 FLUSH_INTERVAL_MS_DEFAULT: Final = 500
 # Group commit (store/flush.py): after a group of 2+ writes the flusher lingers up to LINGER_US
@@ -76,7 +80,7 @@ RETENTION_MS_DEFAULT: Final = 72 * 3600 * 1000
 # Writes are refused above this share of disk used instead of filling the disk.
 DISK_WATERMARK_DEFAULT: Final = 0.90
 
-# --- Consume queues and index. --------------------------------------------------------------------
+# --- Store: consume queues, index and reads. ------------------------------------------------------
 # 8-byte commit-log offset + 4-byte size + 8-byte tag hash, as RocketMQ's CQ_STORE_UNIT_SIZE.
 CONSUME_QUEUE_ENTRY_SIZE: Final = 20
 CONSUME_QUEUE_ENTRIES_PER_FILE: Final = 300_000
@@ -87,6 +91,11 @@ FIND_BY_KEY_RESULTS_MAX: Final = 64
 # Queue records kept as written (recent.py): ~230 of 1 KiB, small beside the CPU's caches.
 RECENT_RECORDS_BYTES_MAX: Final = 256 * KiB
 RECENT_RECORD_BYTES_MAX: Final = 16 * KiB
+# Bulk reads: spans at most this far apart share one pread, up to this many bytes per pread.
+READ_RUN_GAP_MAX: Final = 16384
+READ_RUN_BYTES_MAX: Final = 8 * MiB
+# Bound on chain steps per lookup, so one hot key cannot make a lookup walk without limit.
+INDEX_CHAIN_STEPS_MAX: Final = 4096
 
 # --- Transactions. --------------------------------------------------------------------------------
 # RocketMQ defaults (BrokerConfig): transactionTimeOut 6000 ms, transactionCheckInterval 30000 ms,
@@ -102,6 +111,41 @@ TRANSACTIONS_PENDING_MAX: Final = 1_000_000
 # Decided outcomes are kept this long so a repeated decision returns the first outcome.
 TRANSACTION_OUTCOME_RETENTION_MS: Final = 24 * 3600 * 1000
 TRANSACTION_OUTCOMES_MAX: Final = 1_000_000
+# Per-tick budget for popping stale heap entries, so one tick's work stays bounded.
+STALE_CHECK_POPS_PER_TICK_MAX: Final = 16 * TRANSACTION_CHECKS_PER_TICK_MAX
+# Broker settings a configuration may choose (broker/config/broker_config.py refuses values outside
+# them).
+# A check-back more often than every 100 ms would be a busy loop against producers.
+TRANSACTION_CHECK_INTERVAL_MS_MIN: Final = 100
+# Check-backs before rollback, deliveries before the DLQ: past a thousand a message is stuck.
+TRANSACTION_CHECK_MAX_LIMIT: Final = 1000
+DELIVERY_ATTEMPTS_MAX_LIMIT: Final = 1000
+# The background loops' period: 10 ms is already busy; 10 s would delay check-backs and messages.
+TICK_MS_MIN: Final = 10
+TICK_MS_LIMIT: Final = 10_000
+# Dead (max-checks) transactions kept for operators in memory; older ones drop off the list but
+# their copy stays in DEAD_TRANSACTION_TOPIC until retention deletes it.
+TRANSACTIONS_DEAD_MAX: Final = 100_000
+# Records read per Store.scan call while replaying the log into the pending set.
+TRANSACTION_REPLAY_BATCH: Final = 4096
+# Transaction ids drawn per os.urandom call (txn/ids.py): each call releases the GIL, which on
+# the broker's event loop costs a hand-off to another thread; 256 ids are 4 KiB of randomness.
+TRANSACTION_ID_POOL_IDS: Final = 256
+# Half records kept in memory between prepare and decision so a commit need not read its half
+# back from disk; beyond this many bytes the oldest are dropped and read back when decided.
+TRANSACTION_HALF_CACHE_BYTES: Final = 16 * MiB
+
+# --- Producers. -----------------------------------------------------------------------------------
+# Producer send retries the client performs on a retriable status (its own backoff).
+PRODUCER_ATTEMPTS_MAX: Final = 3
+# Due delayed messages re-appended per tick, as one batch (one fsync): a long backlog drains
+# over several ticks instead of stalling one.
+DELAY_RELEASE_PER_CALL_MAX: Final = 256
+# Bytes of message bodies per append_many in a batched send: a few MiB keeps one write short
+# and far below a segment, whatever the bodies' sizes.
+SEND_BATCH_BODY_BYTES_MAX: Final = 4 * MiB
+# Messages in one SendMessage (more are refused; the Spark sink sends this many, clients one).
+SEND_BATCH_MAX: Final = 64
 
 # --- Consumers. -----------------------------------------------------------------------------------
 # RocketMQ: 16 reconsume attempts, then %DLQ%group.
@@ -128,17 +172,27 @@ RECEIVE_ON_LOOP_LAG_MAX: Final = 1024
 # Longer text is refused before it is decoded; receipt.py checks at import that its longest
 # handle fits.
 RECEIPT_HANDLE_LENGTH_MAX: Final = 4 * KiB
-
-# --- Network. -------------------------------------------------------------------------------------
 GRPC_MESSAGE_SIZE_MAX: Final = BODY_SIZE_MAX_LIMIT + 1 * MiB
-# A record pull (txmq.data.v1.Data/PullRecords) answers at most this many record bytes, or one
-# record when a single one is larger; its 4-byte length and JSON header fit in what is left.
-PULL_BYTES_MAX: Final = 8 * MiB
-# ... and at most this many records: ~8 MiB of 1 KiB messages, so a bulk reader pays one call
-# per ~7,000 records rather than per 1,024 (each call costs far more than reading a record).
-PULL_COUNT_MAX: Final = 8192
-PULL_HEADER_SIZE_MAX: Final = 4 * KiB
-CLIENTS_MAX: Final = 10_000
+# How many custom backoff steps a consumer is told; RocketMQ retries at most 16 times with a
+# growing delay, so more steps would never be used by its clients.
+CONSUMER_BACKOFF_STEPS_MAX: Final = 16
+# Store reads one receive may make per queue; each advances the scan, so this only stops a
+# pathological filter from turning one receive into a walk over the whole queue.
+RECEIVE_SCANS_PER_QUEUE_MAX: Final = 8
+# Last attempts dead-lettered per sweep (one a second), so one sweep's appends stay short.
+DEAD_LETTERS_PER_SWEEP_MAX: Final = 256
+# Clients ack what one receive returned, at most RECEIVE_BATCH_MAX; allow a few receives' worth.
+ACK_ENTRIES_MAX: Final = 8 * RECEIVE_BATCH_MAX
+# Subscriptions name a handful of tags; a bound keeps one request from building a huge set.
+TAGS_PER_EXPRESSION_MAX: Final = 64
+# Long polls are capped below the official client's own receive deadline, so the broker
+# answers "no message" before the client gives up on the call.
+LONG_POLLING_TIMEOUT_REPLY_MS_MAX: Final = 20_000
+# (group, topic, queue) positions a broker tracks; each costs a delivery book in memory and a row
+# in the positions file, so a client inventing group names cannot grow them without end.
+CONSUMER_QUEUES_MAX: Final = 100_000
+
+# --- gRPC, client sessions and Telemetry. ---------------------------------------------------------
 # The first Settings reply on a Telemetry stream is sent again after each of these delays. The
 # Node.js client (rocketmq-client-nodejs 1.0.8) with several topics fetches their routes one by
 # one after opening the stream and only then starts waiting for the reply, so a prompt reply is
@@ -146,45 +200,6 @@ CLIENTS_MAX: Final = 10_000
 # clients just apply the same settings again. Longest delay: routes of many topics on a loaded
 # machine.
 SETTINGS_REPEAT_DELAYS_MS: Final = (250, 1_000, 4_000)
-assert list(SETTINGS_REPEAT_DELAYS_MS) == sorted(SETTINGS_REPEAT_DELAYS_MS)
-
-# Import-time checks on relationships between limits.
-assert SEGMENT_SIZE_MIN <= SEGMENT_SIZE_DEFAULT <= SEGMENT_SIZE_MAX
-assert BODY_SIZE_MAX_DEFAULT <= BODY_SIZE_MAX_LIMIT < RECORD_SIZE_MAX
-assert TRANSACTION_TIMEOUT_MS_DEFAULT < TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
-assert TRANSACTION_CHECK_INTERVAL_MS_DEFAULT <= TRANSACTION_CHECK_INTERVAL_MS_MAX
-assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
-assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
-assert BODY_SIZE_MAX_DEFAULT < RECEIVE_STREAM_BYTES_MAX < RECEIVE_BYTES_HELD_MAX
-assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0
-assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT
-assert PULL_BYTES_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
-assert RECORD_SIZE_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
-
-# --- Transactions: check-back ticks and the Spark sink ledger (moved here from txn/). -------------
-# Per-tick budget for popping stale heap entries, so one tick's work stays bounded.
-STALE_CHECK_POPS_PER_TICK_MAX: Final = 16 * TRANSACTION_CHECKS_PER_TICK_MAX
-# Ledger records per key read back; one is normal, more only if a commit was retried.
-LEDGER_RECORDS_PER_KEY_MAX: Final = 8
-assert LEDGER_RECORDS_PER_KEY_MAX <= FIND_BY_KEY_RESULTS_MAX
-
-# --- Store reads (moved here from store/). --------------------------------------------------------
-# Bulk reads: spans at most this far apart share one pread, up to this many bytes per pread.
-READ_RUN_GAP_MAX: Final = 16384
-READ_RUN_BYTES_MAX: Final = 8 * MiB
-# Bound on chain steps per lookup, so one hot key cannot make a lookup walk without limit.
-INDEX_CHAIN_STEPS_MAX: Final = 4096
-
-# --- Protocol mapping and Telemetry settings (moved here from protocol/). -------------------------
-# How many custom backoff steps a consumer is told; RocketMQ retries at most 16 times with a
-# growing delay, so more steps would never be used by its clients.
-CONSUMER_BACKOFF_STEPS_MAX: Final = 16
-# Producer send retries the client performs on a retriable status (its own backoff).
-PRODUCER_ATTEMPTS_MAX: Final = 3
-# Seconds beyond this are not a plausible date (year 5138): the value is milliseconds.
-TIMESTAMP_SECONDS_PLAUSIBLE_MAX: Final = 10**11
-
-# --- Broker requests, streams and loops (moved here from broker/). --------------------------------
 # A PEM chain larger than this is not a certificate file (a typo pointing at a data file).
 PEM_FILE_SIZE_MAX: Final = 1 * MiB
 # Check-back commands waiting on one stream; a producer that stops reading gets its checks
@@ -194,47 +209,33 @@ TELEMETRY_OUTBOX_MAX: Final = 1024
 # Methods one server registers (17 v2 RPCs and the txmq channels); the handler cache is bounded
 # by what the server registered, this only asserts it.
 SERVER_METHODS_MAX: Final = 64
-# Store reads one receive may make per queue; each advances the scan, so this only stops a
-# pathological filter from turning one receive into a walk over the whole queue.
-RECEIVE_SCANS_PER_QUEUE_MAX: Final = 8
-# Last attempts dead-lettered per sweep (one a second), so one sweep's appends stay short.
-DEAD_LETTERS_PER_SWEEP_MAX: Final = 256
-# Clients ack what one receive returned, at most RECEIVE_BATCH_MAX; allow a few receives' worth.
-ACK_ENTRIES_MAX: Final = 8 * RECEIVE_BATCH_MAX
-# Due delayed messages re-appended per tick, as one batch (one fsync): a long backlog drains
-# over several ticks instead of stalling one.
-DELAY_RELEASE_PER_CALL_MAX: Final = 256
-# Subscriptions name a handful of tags; a bound keeps one request from building a huge set.
-TAGS_PER_EXPRESSION_MAX: Final = 64
-# Bytes of message bodies per append_many in a batched send: a few MiB keeps one write short
-# and far below a segment, whatever the bodies' sizes.
-SEND_BATCH_BODY_BYTES_MAX: Final = 4 * MiB
-# Long polls are capped below the official client's own receive deadline, so the broker
-# answers "no message" before the client gives up on the call.
-LONG_POLLING_TIMEOUT_REPLY_MS_MAX: Final = 20_000
-# Messages in one SendMessage (more are refused; the Spark sink sends this many, clients one).
-SEND_BATCH_MAX: Final = 64
 
+# --- Admin and data channels. ---------------------------------------------------------------------
+# A record pull (txmq.data.v1.Data/PullRecords) answers at most this many record bytes, or one
+# record when a single one is larger; its 4-byte length and JSON header fit in what is left.
+PULL_BYTES_MAX: Final = 8 * MiB
+# ... and at most this many records: ~8 MiB of 1 KiB messages, so a bulk reader pays one call
+# per ~7,000 records rather than per 1,024 (each call costs far more than reading a record).
+PULL_COUNT_MAX: Final = 8192
+PULL_HEADER_SIZE_MAX: Final = 4 * KiB
+CLIENTS_MAX: Final = 10_000
 # Messages one MessageFind (admin channel, ``txmq message find --max``) returns by default and
 # at most: a lookup by key is for a person or the sink ledger, not a bulk read.
 MESSAGE_FIND_RESULTS_DEFAULT: Final = 32
 MESSAGE_FIND_RESULTS_MAX: Final = 1000
+# Rows in one page of an admin listing (TxnList, TopicList, GroupList) and the JSON bytes a page
+# may reach: a pending transaction is ~330 bytes, so an unpaged TxnList passed gRPC's 4 MiB
+# default message size at ~12,000 pending. 1 MiB pages stay far below it whatever a row holds.
+ADMIN_PAGE_ROWS_MAX: Final = 1000
+ADMIN_PAGE_BYTES_MAX: Final = 1 * MiB
+# Pages a client follows for one listing: every pending and dead transaction, one row a page.
+ADMIN_PAGES_MAX: Final = TRANSACTIONS_PENDING_MAX + TRANSACTIONS_DEAD_MAX + 1
+# Messages one admin view returns (a DLQ's newest messages, a topic's newest): a page, not a dump.
+ADMIN_VIEW_MESSAGES_MAX: Final = 100
 
-# Broker settings a configuration may choose (broker/config/broker_config.py refuses values outside
-# them).
-# A check-back more often than every 100 ms would be a busy loop against producers.
-TRANSACTION_CHECK_INTERVAL_MS_MIN: Final = 100
-# Check-backs before rollback, deliveries before the DLQ: past a thousand a message is stuck.
-TRANSACTION_CHECK_MAX_LIMIT: Final = 1000
-DELIVERY_ATTEMPTS_MAX_LIMIT: Final = 1000
-# The background loops' period: 10 ms is already busy; 10 s would delay check-backs and messages.
-TICK_MS_MIN: Final = 10
-TICK_MS_LIMIT: Final = 10_000
-assert TRANSACTION_CHECK_MAX_DEFAULT <= TRANSACTION_CHECK_MAX_LIMIT
-assert DELIVERY_ATTEMPTS_MAX_DEFAULT <= DELIVERY_ATTEMPTS_MAX_LIMIT
-assert TRANSACTION_CHECK_INTERVAL_MS_MIN <= TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
-
-# --- Spark connector (moved here from spark/). ----------------------------------------------------
+# --- Spark connector and transactional sink. ------------------------------------------------------
+# Ledger records per key read back; one is normal, more only if a commit was retried.
+LEDGER_RECORDS_PER_KEY_MAX: Final = 8
 # Transient failures (broker restarting, connection reset) are retried this many times in all.
 SPARK_CALL_ATTEMPTS_MAX: Final = 4
 # A call to a replica group fails over to its next replica while the one asked does not answer
@@ -258,72 +259,26 @@ SPARK_PROPERTIES_CACHE_MAX: Final = 256
 SPARK_GATHER_BYTES_PER_ROW_MAX: Final = 128
 # A batch's variable-length columns use 32-bit Arrow offsets.
 ARROW_COLUMN_BYTES_MAX: Final = 2**31 - 1
-
-# --- Added for the transaction layer. -----------------------------------------------------------
-# Dead (max-checks) transactions kept for operators in memory; older ones drop off the list but
-# their copy stays in DEAD_TRANSACTION_TOPIC until retention deletes it.
-TRANSACTIONS_DEAD_MAX: Final = 100_000
-# Records read per Store.scan call while replaying the log into the pending set.
-TRANSACTION_REPLAY_BATCH: Final = 4096
-assert TRANSACTIONS_DEAD_MAX <= TRANSACTIONS_PENDING_MAX
-
-# --- Consumer positions (added with the consumer side). ------------------------------------------
-# (group, topic, queue) positions a broker tracks; each costs a delivery book in memory and a row
-# in the positions file, so a client inventing group names cannot grow them without end.
-CONSUMER_QUEUES_MAX: Final = 100_000
-# Transaction ids drawn per os.urandom call (txn/ids.py): each call releases the GIL, which on
-# the broker's event loop costs a hand-off to another thread; 256 ids are 4 KiB of randomness.
-TRANSACTION_ID_POOL_IDS: Final = 256
-# Half records kept in memory between prepare and decision so a commit need not read its half
-# back from disk; beyond this many bytes the oldest are dropped and read back when decided.
-TRANSACTION_HALF_CACHE_BYTES: Final = 16 * MiB
-
-# --- Spark sink and paged admin listings (issue 21). ---------------------------------------------
 # Decoded sink-ledger records the broker's check-back keeps (by batch key): a ledger record is
 # written once per batch and never changes, and every half of a batch is checked against it, so
 # decoding it once per half made check-back O(halves x ledger size). A handful of batches are
 # ever being decided at once.
 SINK_LEDGER_CACHE_KEYS_MAX: Final = 16
-# Rows in one page of an admin listing (TxnList, TopicList, GroupList) and the JSON bytes a page
-# may reach: a pending transaction is ~330 bytes, so an unpaged TxnList passed gRPC's 4 MiB
-# default message size at ~12,000 pending. 1 MiB pages stay far below it whatever a row holds.
-ADMIN_PAGE_ROWS_MAX: Final = 1000
-ADMIN_PAGE_BYTES_MAX: Final = 1 * MiB
-# Pages a client follows for one listing: every pending and dead transaction, one row a page.
-ADMIN_PAGES_MAX: Final = TRANSACTIONS_PENDING_MAX + TRANSACTIONS_DEAD_MAX + 1
+# A bundle (many messages in one transaction, txn/bundle.py) is one half record: its bytes stay
+# well below the default body size limit (4 MiB) so that limit need not be raised for it, and a
+# task with a few in flight holds a few MiB. Messages per bundle: an append_many counts a batch
+# in a u16, and 8,192 records of ~128 bytes still fit in these bytes.
+SINK_BUNDLE_BYTES_MAX: Final = 1 * MiB
+SINK_BUNDLE_MESSAGES_MAX: Final = 8192
+# A sink task waits out the broker's back-pressure (disk watermark, pending transactions at
+# their maximum, broker restarting) with doubling pauses up to this long in all, then fails.
+SINK_BUSY_RETRY_S_MAX: Final = 300.0
+SINK_BUSY_BACKOFF_S_MIN: Final = 0.05
+SINK_BUSY_BACKOFF_S_MAX: Final = 5.0
+# Bundles a sink task fills at once (one per topic its rows go to); more topics flush them all.
+SINK_OPEN_BUNDLES_MAX: Final = 16
 
-# --- Dashboard (txmq dashboard) and the admin views it reads. ------------------------------------
-# Samples of each broker's metrics the dashboard keeps: at one sample per
-# DASHBOARD_SAMPLE_PERIOD_MS, 180 samples are the last 6 minutes the overview charts show.
-DASHBOARD_SAMPLES_MAX: Final = 180
-DASHBOARD_SAMPLE_PERIOD_MS: Final = 2_000
-# --sample-ms range: faster than 200 ms is load on the broker for nothing a person can see;
-# slower than a minute leaves the ring's charts hours long and mostly stale.
-DASHBOARD_SAMPLE_PERIOD_MS_MIN: Final = 200
-DASHBOARD_SAMPLE_PERIOD_MS_MAX: Final = 60_000
-# One admin call from the dashboard; a broker slower than this shows as down on that sample.
-DASHBOARD_CALL_TIMEOUT_MS: Final = 5_000
-# Messages one admin view returns (a DLQ's newest messages, a topic's newest): a page, not a dump.
-ADMIN_VIEW_MESSAGES_MAX: Final = 100
-# Bytes of a body the dashboard renders (text, JSON or hex); the rest is cut with a note.
-DASHBOARD_BODY_BYTES_MAX: Final = 64 * KiB
-assert DASHBOARD_CALL_TIMEOUT_MS > DASHBOARD_SAMPLE_PERIOD_MS
-assert (
-    DASHBOARD_SAMPLE_PERIOD_MS_MIN <= DASHBOARD_SAMPLE_PERIOD_MS <= DASHBOARD_SAMPLE_PERIOD_MS_MAX
-)
-# Browser sessions holding admin credentials in a dashboard process; the oldest is forgotten
-# (signed out) beyond this, so a script logging in repeatedly cannot grow its memory.
-DASHBOARD_SESSIONS_MAX: Final = 1_000
-# Rows of a paged listing (topics, groups, transactions) on one dashboard page; "next page"
-# follows the broker's cursor.
-DASHBOARD_PAGE_ROWS_MAX: Final = 200
-# Cluster members one dashboard watches (given with --endpoints or found through ClusterInfo);
-# each costs an admin call per sample period and a ring of samples.
-DASHBOARD_MEMBERS_MAX: Final = 64
-assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX
-
-
-# --- Authentication and authorization (added with security). -------------------------------------
+# --- Authentication and authorization (docs/security.md). -----------------------------------------
 # An authorization header longer than this is refused unparsed: the official clients send ~120
 # bytes (scheme, a short access key, one signed header, 40 hex digits).
 AUTH_HEADER_LENGTH_MAX: Final = 1 * KiB
@@ -351,10 +306,8 @@ ACL_FILE_SIZE_MAX: Final = 4 * MiB
 # Refusal lines logged per second: a client retrying bad credentials in a loop must not fill
 # the log; the rest are counted (txmq_calls_refused) and summed up in the next line.
 REFUSAL_LOG_LINES_PER_SECOND_MAX: Final = 10
-assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
-assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
-assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX
-# --- Clusters (several brokers behind one route; docs/adr/0004-cluster-topic-definitions.md). ---
+
+# --- Clusters (docs/adr/0004-cluster-topic-definitions.md). ---------------------------------------
 # Brokers in one cluster file: each member is probed and reconciled by every other one, so the
 # cost grows with the square of this; 64 covers one broker per core of a large machine.
 CLUSTER_MEMBERS_MAX: Final = 64
@@ -373,37 +326,15 @@ CLUSTER_PROBE_MISSES_MAX: Final = 3
 CLUSTER_TOMBSTONE_MS: Final = 600_000
 # Topics imported per peer per probe; the rest come at the next probe.
 CLUSTER_RECONCILE_TOPICS_MAX: Final = 10_000
-assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS
 
-# --- The demo (txmq/demo/). -----------------------------------------------------------------------
-# Asking the broker for each missing order's DLQ copy costs one call per order: the demo's settle
-# loop asks only once at most this many orders are missing.
-DEMO_DLQ_PROBE_MAX: Final = 25
-# Ids listed per mismatch kind in the reconciliation report (the counts are always complete).
-DEMO_REPORT_IDS_MAX: Final = 1000
-# --- Spark sink bundles (issue 21). ---------------------------------------------------------
-# A bundle (many messages in one transaction, txn/bundle.py) is one half record: its bytes stay
-# well below the default body size limit (4 MiB) so that limit need not be raised for it, and a
-# task with a few in flight holds a few MiB. Messages per bundle: an append_many counts a batch
-# in a u16, and 8,192 records of ~128 bytes still fit in these bytes.
-SINK_BUNDLE_BYTES_MAX: Final = 1 * MiB
-SINK_BUNDLE_MESSAGES_MAX: Final = 8192
-assert SINK_BUNDLE_BYTES_MAX <= BODY_SIZE_MAX_DEFAULT
-assert SINK_BUNDLE_MESSAGES_MAX < 65536
-# A sink task waits out the broker's back-pressure (disk watermark, pending transactions at
-# their maximum, broker restarting) with doubling pauses up to this long in all, then fails.
-SINK_BUSY_RETRY_S_MAX: Final = 300.0
-SINK_BUSY_BACKOFF_S_MIN: Final = 0.05
-SINK_BUSY_BACKOFF_S_MAX: Final = 5.0
-# Bundles a sink task fills at once (one per topic its rows go to); more topics flush them all.
-SINK_OPEN_BUNDLES_MAX: Final = 16
-# --- Replication (replica groups led through etcd; docs/adr/0005-replication-leadership.md). --
+# --- Replication and leadership (docs/adr/0005-replication-leadership.md). ------------------------
 # Replicas in one group: each follower fetches from the leader, so the leader's read load grows
 # with this; 5 survives two losses with a majority left, which is what operators run.
 REPLICAS_MAX: Final = 5
 # TTL of a leader's etcd lease. etcd refuses leases shorter than 1.5 x its election timeout
 # (2 s with its defaults); 3 s lets a leader miss one keepalive, and a dead leader's group has a
-# new one within ~TTL + REPLICA_OBSERVE_PERIOD_MS (< 10 s, issue 19's failover bound).
+# new one within ~TTL + REPLICA_OBSERVE_PERIOD_MS (under 10 s: the failover bound the replication
+# tests hold).
 REPLICA_LEASE_TTL_MS: Final = 3_000
 # A leader stops acknowledging this long before its lease would expire by its own clock
 # (measured from when it *sent* the grant or keepalive, so etcd's expiry is later still): the
@@ -430,9 +361,6 @@ ETCD_PREFIX_KEYS_MAX: Final = CLUSTER_MEMBERS_MAX
 # How often a replica of a cluster of several groups reads every group's leader from etcd (one
 # range read), so its routes name another group's new leader within about this after etcd has it.
 CLUSTER_LEADERS_PERIOD_MS: Final = 1_000
-assert REPLICA_LEASE_SAFETY_MS + 2 * REPLICA_KEEPALIVE_PERIOD_MS <= REPLICA_LEASE_TTL_MS
-assert ETCD_CALL_TIMEOUT_MS <= REPLICA_KEEPALIVE_PERIOD_MS
-assert REPLICA_OBSERVE_PERIOD_MS < REPLICA_LEASE_TTL_MS
 # Bytes one follower fetch ships (whole batches, so a little more when a batch straddles it):
 # large enough that a catching-up follower moves ~tens of MiB/s at a fetch per few ms, small
 # enough to hold in memory once per follower.
@@ -440,7 +368,6 @@ REPLICA_FETCH_BYTES_MAX: Final = 1 * MiB
 # Records scanned per fetch: more than any write batch (SEND_BATCH_MAX messages, a Spark sink
 # bundle's commit of SINK_BUNDLE_MESSAGES_MAX), so a fetch ends on a batch boundary.
 REPLICA_FETCH_RECORDS_MAX: Final = 16_384
-assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX
 # A follower's fetch at the leader's end waits this long for new records before it is answered
 # empty (a long poll: a SYNC write is confirmed one round trip after it is written).
 REPLICA_FETCH_WAIT_MS: Final = 200
@@ -492,7 +419,6 @@ FORWARD_DEADLINE_MARGIN_MS: Final = 200
 FORWARD_CALLS_MAX: Final = 4_096
 # A follower asks for the leader's topic definitions this often (they are not in the log).
 REPLICA_TOPICS_PERIOD_MS: Final = 1_000
-assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
 # (epoch, start offset) pairs a store's leader-epoch history keeps (store/epochs.py): one per
 # change of leader whose records the log holds. The oldest go first; a follower whose shared
 # epoch was forgotten only truncates deeper (to the next shared one, or 0).
@@ -500,4 +426,70 @@ REPLICA_EPOCHS_MAX: Final = 1_024
 # Random bytes of a replica store's incarnation id (store/identity.py, hex in the file and in
 # etcd's in-sync set): 128 bits, so two lives of a data directory never draw the same id.
 REPLICA_INCARNATION_BYTES: Final = 16
+
+# --- Dashboard. -----------------------------------------------------------------------------------
+# Samples of each broker's metrics the dashboard keeps: at one sample per
+# DASHBOARD_SAMPLE_PERIOD_MS, 180 samples are the last 6 minutes the overview charts show.
+DASHBOARD_SAMPLES_MAX: Final = 180
+DASHBOARD_SAMPLE_PERIOD_MS: Final = 2_000
+# --sample-ms range: faster than 200 ms is load on the broker for nothing a person can see;
+# slower than a minute leaves the ring's charts hours long and mostly stale.
+DASHBOARD_SAMPLE_PERIOD_MS_MIN: Final = 200
+DASHBOARD_SAMPLE_PERIOD_MS_MAX: Final = 60_000
+# One admin call from the dashboard; a broker slower than this shows as down on that sample.
+DASHBOARD_CALL_TIMEOUT_MS: Final = 5_000
+# Bytes of a body the dashboard renders (text, JSON or hex); the rest is cut with a note.
+DASHBOARD_BODY_BYTES_MAX: Final = 64 * KiB
+# Browser sessions holding admin credentials in a dashboard process; the oldest is forgotten
+# (signed out) beyond this, so a script logging in repeatedly cannot grow its memory.
+DASHBOARD_SESSIONS_MAX: Final = 1_000
+# Rows of a paged listing (topics, groups, transactions) on one dashboard page; "next page"
+# follows the broker's cursor.
+DASHBOARD_PAGE_ROWS_MAX: Final = 200
+# Cluster members one dashboard watches (given with --endpoints or found through ClusterInfo);
+# each costs an admin call per sample period and a ring of samples.
+DASHBOARD_MEMBERS_MAX: Final = 64
+
+# --- Demo. ----------------------------------------------------------------------------------------
+# Asking the broker for each missing order's DLQ copy costs one call per order: the demo's settle
+# loop asks only once at most this many orders are missing.
+DEMO_DLQ_PROBE_MAX: Final = 25
+# Ids listed per mismatch kind in the reconciliation report (the counts are always complete).
+DEMO_REPORT_IDS_MAX: Final = 1000
+
+# --- Checks between limits. -----------------------------------------------------------------------
+# Import-time checks on relationships between limits.
+assert list(SETTINGS_REPEAT_DELAYS_MS) == sorted(SETTINGS_REPEAT_DELAYS_MS)
+assert SEGMENT_SIZE_MIN <= SEGMENT_SIZE_DEFAULT <= SEGMENT_SIZE_MAX
+assert BODY_SIZE_MAX_DEFAULT <= BODY_SIZE_MAX_LIMIT < RECORD_SIZE_MAX
+assert TRANSACTION_TIMEOUT_MS_DEFAULT < TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
+assert TRANSACTION_CHECK_INTERVAL_MS_DEFAULT <= TRANSACTION_CHECK_INTERVAL_MS_MAX
+assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
+assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
+assert BODY_SIZE_MAX_DEFAULT < RECEIVE_STREAM_BYTES_MAX < RECEIVE_BYTES_HELD_MAX
+assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0
+assert GRPC_MESSAGE_SIZE_MAX > BODY_SIZE_MAX_LIMIT
+assert PULL_BYTES_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
+assert RECORD_SIZE_MAX + PULL_HEADER_SIZE_MAX <= GRPC_MESSAGE_SIZE_MAX
+assert LEDGER_RECORDS_PER_KEY_MAX <= FIND_BY_KEY_RESULTS_MAX
+assert TRANSACTION_CHECK_MAX_DEFAULT <= TRANSACTION_CHECK_MAX_LIMIT
+assert DELIVERY_ATTEMPTS_MAX_DEFAULT <= DELIVERY_ATTEMPTS_MAX_LIMIT
+assert TRANSACTION_CHECK_INTERVAL_MS_MIN <= TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
+assert TRANSACTIONS_DEAD_MAX <= TRANSACTIONS_PENDING_MAX
+assert DASHBOARD_CALL_TIMEOUT_MS > DASHBOARD_SAMPLE_PERIOD_MS
+assert (
+    DASHBOARD_SAMPLE_PERIOD_MS_MIN <= DASHBOARD_SAMPLE_PERIOD_MS <= DASHBOARD_SAMPLE_PERIOD_MS_MAX
+)
+assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX
+assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
+assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
+assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX
+assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS
+assert SINK_BUNDLE_BYTES_MAX <= BODY_SIZE_MAX_DEFAULT
+assert SINK_BUNDLE_MESSAGES_MAX < 65536
+assert REPLICA_LEASE_SAFETY_MS + 2 * REPLICA_KEEPALIVE_PERIOD_MS <= REPLICA_LEASE_TTL_MS
+assert ETCD_CALL_TIMEOUT_MS <= REPLICA_KEEPALIVE_PERIOD_MS
+assert REPLICA_OBSERVE_PERIOD_MS < REPLICA_LEASE_TTL_MS
+assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX
+assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
 assert REPLICA_FETCH_WAIT_MS < ETCD_CALL_TIMEOUT_MS

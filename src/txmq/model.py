@@ -33,7 +33,6 @@ OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DEAD_TRANSACTION_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 DELAY_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 DLQ_PREFIX: Final = "%DLQ%"
-RETRY_PREFIX: Final = "%RETRY%"
 SYSTEM_TOPIC_PREFIXES: Final = ("RMQ_SYS_", "TRANS_CHECK_", "SCHEDULE_TOPIC", "%")
 
 # Property names carried inside a record's properties. The half message keeps its real
@@ -45,7 +44,6 @@ PROP_PRODUCER_GROUP: Final = "PGROUP"
 PROP_CHECK_IMMUNITY_MS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROP_MESSAGE_GROUP: Final = "__SHARDINGKEY"
 PROP_DELIVERY_TIMESTAMP_MS: Final = "TIMER_DELIVER_MS"
-PROP_MESSAGE_TYPE: Final = "TXMQ_MESSAGE_TYPE"
 PROP_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROP_DELIVERY_ATTEMPT: Final = "TXMQ_DELIVERY_ATTEMPT"
 
@@ -409,11 +407,10 @@ class QueueBytes:
 PROP_CLIENT_ID: Final = "TXMQ_CLIENT_ID"
 PROP_DECISION_SOURCE: Final = "TXMQ_DECISION_SOURCE"
 PROP_CHECK_NUMBER: Final = "TXMQ_CHECK_NUMBER"
-PROP_HALF_OFFSET: Final = "TXMQ_HALF_OFFSET"
 
 
-def message_draft(
-    rec: Record,
+def copy_to_topic(
+    rec: Record | RecordDraft,
     *,
     topic: str,
     queue_id: int,
@@ -423,9 +420,10 @@ def message_draft(
     reconsume_times: int | None = None,
     properties_block: bytes = b"",
 ) -> RecordDraft:
-    """The same message (id, body, tag, keys, born time and host) as a new draft elsewhere: a
-    commit into its real topic, a delay release, a dead copy, a DLQ copy. ``properties_block``:
-    ``properties`` encoded, where the caller has it (RecordDraft)."""
+    """The same message (id, body, tag, keys, born time and host) as a new draft in another
+    topic: a half, a commit into its real topic, a delay hold and its release, a dead copy, a
+    DLQ copy. The one place a message is copied; ``properties`` replace the source's, and
+    ``properties_block``: ``properties`` encoded, where the caller has it (RecordDraft)."""
     return RecordDraft(
         topic=topic,
         queue_id=queue_id,

@@ -135,6 +135,19 @@ def set_duration(d: Any, ms: int) -> None:
 
 
 def validate_topic(name: str, *, allow_system: bool = False) -> str:
+    """A topic name: 1..TOPIC_NAME_LENGTH_MAX of letters, digits, '_', '-', '%', '|'; a system
+    topic (model.is_system_topic) only with ``allow_system``. The one topic check.
+
+    Raises:
+        IllegalTopicError: empty, too long, other characters, or a system topic not allowed.
+    """
+    return _checked_topic(name, allow_system)
+
+
+# A name's answer never changes (a refused name raises, which is not cached), and the regular
+# expression costs more than the cache's lookup on the paths that check a name per request.
+@functools.lru_cache(maxsize=1024)
+def _checked_topic(name: str, allow_system: bool) -> str:
     if not name or len(name) > limits.TOPIC_NAME_LENGTH_MAX or not _NAME_RE.fullmatch(name):
         raise IllegalTopicError(
             f"illegal topic name {name!r}: use 1..{limits.TOPIC_NAME_LENGTH_MAX} of "
@@ -143,16 +156,6 @@ def validate_topic(name: str, *, allow_system: bool = False) -> str:
     if is_system_topic(name) and not allow_system:
         raise IllegalTopicError(f"topic {name!r} is reserved for the broker")
     return name
-
-
-# ``validate_topic`` behind C-level caches for the paths that check a name per request: a
-# send's topic (``valid_topic``) and a receive's (``valid_any_topic``: system topics allowed).
-# A name's answer never changes (a refused name raises, which is not cached), and the regular
-# expression costs ~3k instructions a call (issue 17, fourteenth pass).
-valid_topic: Final = functools.lru_cache(maxsize=1024)(validate_topic)
-valid_any_topic: Final = functools.lru_cache(maxsize=1024)(
-    functools.partial(validate_topic, allow_system=True)
-)
 
 
 def validate_group(name: str) -> str:
@@ -264,7 +267,7 @@ def _draft(
     """``draft_from_wire`` with what its caller read already: ``sp`` is ``msg``'s system
     properties, ``body`` and ``message_id`` its fields. Each protobuf field is read once here:
     a read is a call into upb that builds a new object (issue 17, fourteenth pass)."""
-    topic = valid_topic(msg.topic.name)
+    topic = validate_topic(msg.topic.name)
     if sp.body_encoding == _GZIP:
         # Bodies are stored and delivered as sent, marked IDENTITY: a compressed one would reach
         # consumers still compressed. No official client compresses on send.

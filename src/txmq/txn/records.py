@@ -44,7 +44,7 @@ from txmq.model import (
     Record,
     RecordDraft,
     TxnFlag,
-    message_draft,
+    copy_to_topic,
     stored_record,
 )
 from txmq.txn import bundle
@@ -94,7 +94,7 @@ def half_draft(
     # then the immunity's, no decision source among the sender's, and every value a string
     # (a container a library caller put there would nest pairs). Otherwise the store encodes
     # both blocks, as it does any draft's.
-    values: Any = props.values()  # not cast to str on the way (compiled): checked here
+    values: Any = props.values()  # not cast to str on the way: checked here
     cuttable = (
         len(props) == before + 5
         and PROP_DECISION_SOURCE not in props
@@ -102,18 +102,12 @@ def half_draft(
     )
     if check_immunity_ms is not None:
         props[PROP_CHECK_IMMUNITY_MS] = str(max(0, check_immunity_ms))
-    return RecordDraft(
+    return copy_to_topic(
+        draft,
         topic=HALF_TOPIC,
         queue_id=0,
-        body=draft.body,
-        flag=TxnFlag.PREPARED,
-        message_id=draft.message_id,
-        tag=draft.tag,
-        keys=draft.keys,
         properties=props,
-        born_timestamp_ms=draft.born_timestamp_ms,
-        born_host=draft.born_host,
-        reconsume_times=draft.reconsume_times,
+        flag=TxnFlag.PREPARED,
         properties_block=properties_json(props) if cuttable else b"",
     )
 
@@ -144,7 +138,7 @@ def commit_draft(half: Record, source: DecisionSource, half_block: bytes = b"") 
     ``half_draft`` made it (its draft's ``properties_block``), or empty."""
     props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPS}
     props[PROP_DECISION_SOURCE] = _SOURCE_VALUE[source]
-    return message_draft(
+    return copy_to_topic(
         half,
         topic=half.properties[PROP_REAL_TOPIC],
         queue_id=int(half.properties[PROP_REAL_QUEUE_ID]),
@@ -217,7 +211,7 @@ def rollback_drafts(txn: Txn, source: DecisionSource, half: Record | None) -> li
         props = dict(half.properties)
         props[PROP_DECISION_SOURCE] = source.value
         drafts.append(
-            message_draft(
+            copy_to_topic(
                 half,
                 topic=DEAD_TRANSACTION_TOPIC,
                 queue_id=0,

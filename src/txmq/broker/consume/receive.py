@@ -115,7 +115,7 @@ class ConsumeCalls:
             if not group:
                 raise errors.IllegalConsumerGroupError("consumer group is required")
             mq = request.message_queue
-            topic = mapping.valid_any_topic(mq.topic.name)
+            topic = mapping.validate_topic(mq.topic.name, allow_system=True)
             info = self.topics.ensure(topic)
             wanted = tags(request.filter_expression)
             batch = max(1, min(request.batch_size or 1, limits.RECEIVE_BATCH_MAX))

@@ -47,7 +47,7 @@ from txmq.model import (
     PROP_REAL_TOPIC,
     MessageType,
     QueueRead,
-    message_draft,
+    copy_to_topic,
 )
 from txmq.protocol import mapping
 from txmq.store.store import Store
@@ -166,7 +166,7 @@ class ConsumeRpcs:
         props[PROP_ORIGIN_MESSAGE_ID] = rec.message_id
         props[PROP_REAL_TOPIC] = rec.topic
         props[PROP_DELIVERY_ATTEMPT] = str(dead.attempts)
-        draft = message_draft(
+        draft = copy_to_topic(
             rec, topic=topic, queue_id=0, properties=props, reconsume_times=dead.attempts
         )
         self.store.append(draft)

@@ -27,7 +27,7 @@ from txmq.model import (
     AppendResult,
     Record,
     RecordDraft,
-    message_draft,
+    copy_to_topic,
 )
 from txmq.store.disk import Disk
 from txmq.store.store import Store
@@ -72,16 +72,8 @@ class DelaySchedule:
         props = dict(draft.properties)
         props[PROP_REAL_TOPIC] = draft.topic
         props[PROP_REAL_QUEUE_ID] = str(draft.queue_id)
-        held = RecordDraft(
-            topic=DELAY_TOPIC,
-            queue_id=0,
-            body=draft.body,
-            message_id=draft.message_id,
-            tag=draft.tag,
-            keys=draft.keys,
-            properties=props,
-            born_timestamp_ms=draft.born_timestamp_ms,
-            born_host=draft.born_host,
+        held = copy_to_topic(
+            draft, topic=DELAY_TOPIC, queue_id=0, properties=props, reconsume_times=0
         )
         return self.store.append(held)
 
@@ -144,7 +136,7 @@ def released_draft(rec: Record) -> RecordDraft:
     props = {
         k: v for k, v in rec.properties.items() if k not in (PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID)
     }
-    return message_draft(
+    return copy_to_topic(
         rec,
         topic=rec.properties[PROP_REAL_TOPIC],
         queue_id=int(rec.properties[PROP_REAL_QUEUE_ID]),
