@@ -1,9 +1,11 @@
-"""The dashboard against a broker with ACL: its own admin keys sign the reads; a change needs
-a person to sign in with an admin's keys, else it is refused with a banner (read-only); a
-dashboard with no keys shows the broker up but refusing.
+"""The dashboard against a broker with ACL, in a browser: a visitor who has not signed in is
+sent to the sign-in page and sees nothing; wrong keys are refused there; an admin who signs in
+reads and changes through the confirmation, and signs out. A dashboard without keys of its own
+shows the signed-in admin the broker up but its charts refused.
 
 Method: a broker with ``--acl-file`` (one admin user), ``txmq dashboard --access-key
---secret-key`` and a second dashboard without keys, Debian's Chromium via Playwright.
+--secret-key`` and a second dashboard without keys, Debian's Chromium via Playwright. The
+HTTP-level attacks (tokens, origins, hosts, limits) are in test_security.py.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ admin = true
 """
 
 
-def test_changes_need_a_signed_in_admin(tmp_path: Path, browser: Any) -> None:
+def test_nothing_without_signing_in_then_an_admin_changes(tmp_path: Path, browser: Any) -> None:
     acl = tmp_path / "acl.toml"
     acl.write_text(ACL)
     acl.chmod(0o600)
@@ -37,30 +39,40 @@ def test_changes_need_a_signed_in_admin(tmp_path: Path, browser: Any) -> None:
         call(broker.endpoints, "TopicCreate", {"name": "guarded", "queues": 1}, credentials=OPS)
         keys = ("--access-key", OPS.access_key, "--secret-key", OPS.secret_key)
         with dashboard_process(broker.endpoints, log=tmp_path / "d.log", extra_args=keys) as url:
-            delete_read_only_then_signed_in(browser.new_page(), url)
+            sign_in_then_delete(browser.new_page(), url)
         with dashboard_process(broker.endpoints, log=tmp_path / "anon.log") as url:
             page = browser.new_page()
-            reload_until(page, url + "/", "[data-state=refused]", "the broker up but refusing")
-            page.goto(url + "/topics")
-            assert "Sign in" in page.inner_text("[role=alert]")
+            page.goto(url + "/")
+            sign_in(page, OPS)
+            reload_until(page, url + "/", "[data-state=refused]", "the charts refused")
+            assert "refused the dashboard's own keys" in page.inner_text("[role=alert]")
     finally:
         broker.stop()
 
 
-def delete_read_only_then_signed_in(page: Any, url: str) -> None:
+def sign_in(page: Any, creds: Credentials) -> None:
+    assert page.url.split("?")[0].endswith("/login"), page.url
+    page.fill("input[name=access_key]", creds.access_key)
+    page.fill("input[name=secret_key]", creds.secret_key)
+    page.click("#sign-in button")
+
+
+def sign_in_then_delete(page: Any, url: str) -> None:
     page.goto(url + "/topics")
-    row = page.locator("tr[data-topic=guarded]")
-    row.locator("button.danger").click()
-    page.click("#confirm-button")
-    assert "Sign in with an admin's keys" in page.inner_text("[role=alert]")
-    assert page.locator("tr[data-topic=guarded]").count() == 1  # read-only: still there
-    page.screenshot(path=str(artifacts_dir() / "acl-read-only.png"), full_page=True)
-    page.goto(url + "/login")
-    page.fill("input[name=access_key]", OPS.access_key)
-    page.fill("input[name=secret_key]", OPS.secret_key)
-    page.click("main form button")
-    assert "signed in as ops" in page.inner_text("[role=status]")
+    assert "sign in with an admin's keys to see it" in page.inner_text("[role=alert]")
+    assert "guarded" not in page.content()
+    page.screenshot(path=str(artifacts_dir() / "sign-in.png"), full_page=True)
+    sign_in(page, Credentials(OPS.access_key, "a-wrong-secret-0123456789"))
+    assert "unknown access key or wrong secret" in page.inner_text("[role=alert]")
+    sign_in(page, OPS)
+    assert "Signed in." in page.inner_text("[role=status]")
+    assert page.inner_text("#who") == "ops"
     page.goto(url + "/topics")
     page.locator("tr[data-topic=guarded] button.danger").click()
     page.click("#confirm-button")
-    assert "deleted topic guarded" in page.inner_text("[role=status]")
+    assert "The topic was deleted" in page.inner_text("[role=status]")
+    assert page.locator("tr[data-topic=guarded]").count() == 0
+    page.click("#sign-out button")
+    assert "Signed out." in page.inner_text("[role=status]")
+    page.goto(url + "/topics")
+    assert page.url.split("?")[0].endswith("/login")

@@ -103,7 +103,7 @@ def test_resolve_a_dead_transaction_lookup_and_topics(live: Any, browser: Any) -
         assert '"order": 42' in page.inner_text("pre.body")  # the confirmation shows the message
         shot(page, "confirm-commit")
         page.click("#confirm-button")
-        assert "commit done" in page.inner_text("[role=status]")
+        assert "The transaction was committed" in page.inner_text("[role=status]")
         got = clients.drain(buyer, 1, 30)
         assert [m.body for m in got] == [b'{"order": 42, "sku": "A-1"}']
     finally:
@@ -133,22 +133,26 @@ def create_and_delete_a_topic(page: Any, url: str) -> None:
     page.click("#create-topic button")
     assert "Create topic made-in-browser?" in page.inner_text("h1")
     page.click("#confirm-button")
-    assert "created topic made-in-browser" in page.inner_text("[role=status]")
+    assert "The topic was created." in page.inner_text("[role=status]")
     row = page.locator("tr[data-topic=made-in-browser]")
     assert "fifo" in row.inner_text()
     shot(page, "topics")
-    # A forged confirmation (another site posting to the dashboard) deletes nothing.
-    forged = page.request.post(
-        url + "/topics/delete", form={"name": "made-in-browser", "token": "0" * 64}
+    # A forged confirmation deletes nothing: from another site it is refused outright, and
+    # even with this dashboard's Origin a made-up token is not valid.
+    forged = {"name": "made-in-browser", "token": "0" * 64}
+    elsewhere = page.request.post(
+        url + "/topics/delete", form=forged, headers={"Origin": "http://attacker.example"}
     )
-    assert "confirmation was not valid" in forged.text()
+    assert elsewhere.status == 403
+    same_site = page.request.post(url + "/topics/delete", form=forged, headers={"Origin": url})
+    assert "The confirmation was not valid" in same_site.text()
     page.goto(url + "/topics")
     row = page.locator("tr[data-topic=made-in-browser]")
     assert row.count() == 1
     row.locator("button.danger").click()
     assert "Delete topic made-in-browser?" in page.inner_text("h1")
     page.click("#confirm-button")
-    assert "deleted topic made-in-browser" in page.inner_text("[role=status]")
+    assert "The topic was deleted" in page.inner_text("[role=status]")
     assert page.locator("tr[data-topic=made-in-browser]").count() == 0
 
 

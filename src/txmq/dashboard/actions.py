@@ -1,11 +1,16 @@
 """The dashboard's state-changing actions, each behind a confirmation page: create and delete a
-topic, commit or roll back a transaction; and signing in with admin credentials.
+topic, commit or roll back a transaction; and signing in and out.
 
 Owns: the two-step form flow. Step one (a button on a page) shows ``confirm.html`` with what
-will happen (for a transaction: its message) and a token for exactly that action and target.
-Step two (the confirmation's button) posts the token back, the action runs, and the browser is
-redirected to the list with a "done" banner (or the broker's refusal as an error banner).
-Must not: act without a valid token.
+will happen (for a transaction: its message) and a one-use token for exactly that action,
+target and member, issued into the visitor's session (sessions.py). Step two (the
+confirmation's button) posts the token back, the action runs with the visitor's keys, and the
+browser is redirected to the list with a banner code (ui_text.py); a broker refusal is shown on
+a page of its own. Signing in: the form carries a token of the visitor's (anonymous) session,
+attempts are limited per address, and the keys are checked with one signed read of the broker
+(an admin listing) before a session holds them.
+Must not: act without a valid token, or hold keys the broker did not accept.
+Every POST has passed the same-origin check first (guard.py).
 """
 
 from __future__ import annotations
@@ -18,19 +23,21 @@ from starlette.responses import RedirectResponse, Response
 
 from txmq.dashboard.link import Credentials
 from txmq.dashboard.pages import render_body
-from txmq.dashboard.ui import Ui
-from txmq.dashboard.ui_text import banner
-from txmq.errors import TxmqError
+from txmq.dashboard.sessions import SessionsFullError
+from txmq.dashboard.ui import Ui, address
+from txmq.dashboard.ui_text import banner, http_status, missing
+from txmq.errors import CODE_FORBIDDEN, CODE_UNAUTHORIZED, ConfigError, TxmqError
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
+SIGN_IN = "sign-in"
 
 
 def _redirect(path: str, **query: str) -> Response:
-    return RedirectResponse(f"{path}?{urlencode(query)}", status_code=303)
+    return RedirectResponse(f"{path}?{urlencode(query)}" if query else path, status_code=303)
 
 
 def _back(ui: Ui, request: Request, path: str, **query: str) -> Response:
-    """Redirect to ``path`` with a banner, on the member the request was about."""
+    """Redirect to ``path`` with a banner code, on the member the request was about."""
     member = ui.member(request)
     return _redirect(path, **query, **({"member": member} if member else {}))
 
@@ -46,25 +53,27 @@ async def _confirmed(
     done: str,
     context: dict[str, Any],
 ) -> Response:
-    """Step two if the form carries a valid token for (action, target), else step one."""
+    """Step two if the form carries a token for (action, target), else step one."""
     form = await request.form()
     token = str(form.get("token", ""))
     if not token:
-        return ui.render(
+        session, new = ui.form_session(request)
+        response = ui.render(
             request,
             "confirm.html",
-            token=ui.token(action, target),
+            token=ui.token(request, session, action, target),
             action_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             back=back,
             failed=False,
             **context,
         )
-    if not ui.token_ok(action, target, token):
-        return _back(ui, request, back, error="the confirmation was not valid; try again")
+        return ui.keep(response, session) if new else response
+    if not ui.token_ok(request, action, target, token):
+        return _back(ui, request, back, error="confirm-invalid")
     try:
-        await ui.call(request, *call, write=True)
+        await ui.call(request, *call)
     except TxmqError as exc:
-        return _back(ui, request, back, error=banner(exc))
+        return ui.refused(request, exc, back)
     return _back(ui, request, back, done=done)
 
 
@@ -75,18 +84,17 @@ async def topic_create(ui: Ui, request: Request) -> Response:
     try:
         queues = int(str(form.get("queues", "4")))
     except ValueError:
-        return _back(ui, request, "/topics", error="queues must be a number")
+        return _back(ui, request, "/topics", error="form-invalid")
     if not name or kind not in TOPIC_TYPES:
-        return _back(ui, request, "/topics", error="a topic needs a name and a known type")
-    target = f"{name}/{queues}/{kind}"
+        return _back(ui, request, "/topics", error="form-invalid")
     return await _confirmed(
         ui,
         request,
         action="topic-create",
-        target=target,
+        target=f"{name}/{queues}/{kind}",
         back="/topics",
         call=("TopicCreate", {"name": name, "queues": queues, "type": kind}),
-        done=f"created topic {name}",
+        done="topic-created",
         context={
             "title": f"Create topic {name}?",
             "description": f"A {kind} topic with {queues} queues.",
@@ -105,7 +113,7 @@ async def topic_delete(ui: Ui, request: Request) -> Response:
         target=name,
         back="/topics",
         call=("TopicDelete", {"name": name}),
-        done=f"deleted topic {name}",
+        done="topic-deleted",
         context={
             "title": f"Delete topic {name}?",
             "description": "It leaves routing at once; its messages age out with retention.",
@@ -119,7 +127,7 @@ async def txn_resolve(ui: Ui, request: Request) -> Response:
     form = await request.form()
     action = str(form.get("action", ""))
     if action not in ("commit", "rollback"):
-        return _back(ui, request, "/transactions", error="action must be commit or rollback")
+        return _back(ui, request, "/transactions", error="form-invalid")
     context: dict[str, Any] = {
         "title": f"{'Commit' if action == 'commit' else 'Roll back'} transaction {tid}?",
         "description": "commit: consumers receive this message. rollback: it is discarded.",
@@ -129,7 +137,7 @@ async def txn_resolve(ui: Ui, request: Request) -> Response:
         try:
             shown = await ui.call(request, "TxnMessage", {"id": tid})
         except TxmqError as exc:
-            return _back(ui, request, "/transactions", error=banner(exc))
+            return ui.refused(request, exc, "/transactions", missing(exc, transaction=tid) or "")
         message = shown["message"]
         message["rendered"], message["note"] = render_body(message["body_base64"], "text")
         context.update(message=message, transaction=shown["transaction"])
@@ -140,25 +148,87 @@ async def txn_resolve(ui: Ui, request: Request) -> Response:
         target=tid,
         back="/transactions",
         call=("TxnResolve", {"id": tid, "action": action}),
-        done=f"transaction {tid}: {action} done",
+        done=f"txn-{action}",
         context=context,
     )
 
 
+def _login_page(ui: Ui, request: Request, *, status: int = 200, error: str = "") -> Response:
+    """The sign-in form, with a token of the visitor's session (a new anonymous one if none)."""
+    session, new = ui.form_session(request)
+    shown: dict[str, Any] = {"error": error} if error else {}
+    response = ui.render(
+        request,
+        "login.html",
+        status=status,
+        token=ui.sessions.issue(session, SIGN_IN, ""),
+        failed=False,
+        **shown,
+    )
+    return ui.keep(response, session) if new else response
+
+
+async def _check_keys(ui: Ui, creds: Credentials) -> tuple[int, str] | None:
+    """None when the broker accepts ``creds`` as an admin's (one signed admin read), else the
+    HTTP status and the sentence that says why not."""
+    if await ui.access.settle() is False:
+        return 400, (
+            "This broker has no ACL: it checks no keys, so there is nothing to sign in to. "
+            "Every page is open to whoever reaches this dashboard."
+        )
+    try:
+        await ui.link.call("TopicList", {"after": "", "limit": 1}, credentials=creds)
+    except ConfigError:
+        return 401, "That is not an access key (letters, digits and _ . @ : / + - only)."
+    except TxmqError as exc:
+        code = getattr(exc, "code", None)
+        if code == CODE_UNAUTHORIZED:
+            return 401, "The broker refused these keys: unknown access key or wrong secret."
+        if code == CODE_FORBIDDEN:
+            return 403, (
+                f"The broker knows access key {creds.access_key!r}, but it is not an admin: "
+                "the dashboard needs an admin's keys."
+            )
+        return http_status(exc), banner(exc)
+    return None
+
+
 async def login(ui: Ui, request: Request) -> Response:
     if request.method == "GET":
-        return ui.render(request, "login.html", failed=False)
+        return _login_page(ui, request)
+    who = address(request)
+    if not ui.attempts.allow(who):
+        wait_s = ui.attempts.retry_after_s(who)
+        text = f"Too many sign-in attempts from {who}: try again in {wait_s} s."
+        response = _login_page(ui, request, status=429, error=text)
+        response.headers["Retry-After"] = str(wait_s)
+        return response
     form = await request.form()
+    session = ui.session(request)
+    if not ui.sessions.redeem(session, str(form.get("token", "")), SIGN_IN, ""):
+        text = "The sign-in form expired or was not this browser's: nothing was sent. Try again."
+        return _login_page(ui, request, status=400, error=text)
     access_key = str(form.get("access_key", "")).strip()
     secret_key = str(form.get("secret_key", ""))
     if not access_key or not secret_key:
-        return ui.render(request, "login.html", error="both keys are needed", failed=False)
-    response = _redirect("/", done=f"signed in as {access_key}")
-    ui.sign_in(response, Credentials(access_key, secret_key))
-    return response
+        return _login_page(ui, request, status=400, error="Both keys are needed.")
+    creds = Credentials(access_key, secret_key)
+    refused = await _check_keys(ui, creds)
+    if refused is not None:
+        return _login_page(ui, request, status=refused[0], error=refused[1])
+    try:
+        signed = ui.sessions.sign_in(who, creds, replaces=session.sid if session else "")
+    except SessionsFullError as exc:
+        return _login_page(ui, request, status=503, error=f"No room to sign in: {exc}.")
+    return ui.keep(_redirect("/", done="signed-in"), signed)
 
 
 async def logout(ui: Ui, request: Request) -> Response:
-    response = _redirect("/", done="signed out: read-only")
-    ui.sign_out(request, response)
-    return response
+    form = await request.form()
+    session = ui.session(request)
+    if session is None or session.credentials is None:
+        return ui.forget(_redirect("/login"))
+    if not ui.sessions.form_key_ok(session, str(form.get("token", ""))):
+        return _redirect("/", error="sign-out-invalid")
+    ui.sessions.end(session.sid)
+    return ui.forget(_redirect("/login", done="signed-out"))

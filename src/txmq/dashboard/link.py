@@ -1,16 +1,16 @@
 """The dashboard's calls to brokers: the admin client, run off the event loop, per member.
 
-Owns: which members (``--endpoints`` HOST:PORT, comma-separated for a cluster) the dashboard
-talks to, picking the member a page reads from, and whose keys sign each call. Must not: import
-broker internals (only the admin client, as the CLI does), retry (a page shows the error), or
-keep state beyond the member list.
+Owns: which members (``--endpoints`` ``HOST:P1;HOST:P2``, as every command takes them; commas
+accepted too) the dashboard talks to, picking the member a page reads from, and whose keys sign
+each call. Must not: import broker internals (only the admin client, as the CLI does), retry (a
+page shows the error), or keep state beyond the member list.
 
 Keys: the dashboard process has its own ``ClientSecurity`` (``txmq dashboard --access-key
---secret-key --tls --ca-file``, or the TXMQ_* variables): it signs the sampler's and the pages'
-reads. A person who signed in on the page has their ``Credentials`` sign everything they do.
-A change (create or delete a topic, decide a transaction) is never signed with the process's
-keys: without a person's admin keys it goes unsigned, so a broker with ACL refuses it and the
-dashboard is read-only; a broker without ACL accepts it.
+--secret-key --tls --ca-file``, or the TXMQ_* variables). Its TLS settings serve every call; its
+keys sign only the sampler's calls (``own_keys``: the overview's charts, finding a cluster's
+members). Whatever a person sees or does on a page is signed with the ``Credentials`` they
+signed in with, or goes unsigned: so a broker with ACL shows a visitor exactly what their own
+keys may read, and the dashboard's keys never read or change anything for anyone.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ def call_blocking(
     *,
     security: ClientSecurity,
     credentials: Credentials | None,
-    write: bool,
+    own_keys: bool,
 ) -> dict[str, Any]:
     """One admin call (blocking), signed as the module docstring says."""
     timeout_s = limits.DASHBOARD_CALL_TIMEOUT_MS / 1000.0
-    if write and credentials is None:
+    if credentials is None and not own_keys:
         security = dataclasses.replace(security, access_key="", secret_key="")
     reply = admin.call(
         endpoint, method, args, timeout_s=timeout_s, security=security, credentials=credentials
@@ -53,10 +53,11 @@ def call_blocking(
 
 
 def parse_members(endpoints: str) -> list[str]:
-    members = [e.strip() for e in endpoints.split(",") if e.strip()]
+    """``HOST:P1;HOST:P2`` (or commas) -> the member list, each once, in order."""
+    members = [e.strip() for e in endpoints.replace(",", ";").split(";") if e.strip()]
     if not members:
-        raise ValueError("--endpoints names no broker")
-    return members
+        raise ValueError("names no broker (expected HOST:PORT[;HOST:PORT...])")
+    return list(dict.fromkeys(members))
 
 
 class Link:
@@ -67,6 +68,11 @@ class Link:
         # The member that answered last: pages read from it, so one member down does not
         # blank every page of a cluster.
         self.preferred = members[0]
+
+    @property
+    def has_keys(self) -> bool:
+        """The dashboard was given keys of its own (for the sampler)."""
+        return bool(self.security.access_key)
 
     def add_member(self, endpoint: str) -> bool:
         """Watch one more member (found in the cluster's ClusterInfo); False when already
@@ -83,9 +89,11 @@ class Link:
         *,
         member: str | None = None,
         credentials: Credentials | None = None,
-        write: bool = False,
+        own_keys: bool = False,
     ) -> dict[str, Any]:
-        """Call ``method`` on ``member``, or on the preferred member and then the others.
+        """Call ``method`` on ``member``, or on the preferred member and then the others;
+        signed with ``credentials``, else with the dashboard's keys when ``own_keys``, else
+        unsigned.
 
         Raises:
             BrokerUnavailableError: no member answers (the last member's error).
@@ -106,7 +114,7 @@ class Link:
                     args or {},
                     security=self.security,
                     credentials=credentials,
-                    write=write,
+                    own_keys=own_keys,
                 )
             except BrokerUnavailableError as exc:
                 last = exc

@@ -144,9 +144,10 @@ async def group(ui: Ui, request: Request) -> Response:
 
     async def load() -> dict[str, Any]:
         detail = await ui.call(request, "GroupDetail", {"group": name, "max": 20})
-        return {"g": detail, "name": name}
+        return {"g": detail}
 
-    return await ui.page(request, "group.html", load, page="consumer groups")
+    names = {"group": name}
+    return await ui.page(request, "group.html", load, names, page="consumer groups", name=name)
 
 
 async def transactions(ui: Ui, request: Request) -> Response:
@@ -177,10 +178,13 @@ async def messages(ui: Ui, request: Request) -> Response:
         elif query["key"]:
             args: dict[str, Any] = {"key": query["key"], "max": 20}
             if query["topic"]:
+                # The lookup itself finds nothing in a topic that does not exist; say so (404).
+                await ui.call(request, "TopicDescribe", {"name": query["topic"]})
                 args["topic"] = query["topic"]
             found = (await ui.call(request, "MessageFind", args))["messages"]
         for m in found:
             m["rendered"], m["note"] = render_body(m.get("body_base64", ""), view)
         return {"found": found, "searched": bool(query["id"] or query["key"])}
 
-    return await ui.page(request, "messages.html", load, query=query, view=view)
+    names = {"message": query["id"], "topic": query["topic"]}
+    return await ui.page(request, "messages.html", load, names, query=query, view=view)
