@@ -440,8 +440,8 @@ DASHBOARD_SAMPLE_PERIOD_MS_MAX: Final = 60_000
 DASHBOARD_CALL_TIMEOUT_MS: Final = 5_000
 # Bytes of a body the dashboard renders (text, JSON or hex); the rest is cut with a note.
 DASHBOARD_BODY_BYTES_MAX: Final = 64 * KiB
-# Browser sessions holding admin credentials in a dashboard process; the oldest is forgotten
-# (signed out) beyond this, so a script logging in repeatedly cannot grow its memory.
+# Signed-in browser sessions holding admin credentials in a dashboard process; a sign-in beyond
+# this is refused (never a live session pushed out), so repeated sign-ins cannot grow its memory.
 DASHBOARD_SESSIONS_MAX: Final = 1_000
 # Rows of a paged listing (topics, groups, transactions) on one dashboard page; "next page"
 # follows the broker's cursor.
