@@ -361,6 +361,15 @@ ETCD_PREFIX_KEYS_MAX: Final = CLUSTER_MEMBERS_MAX
 # How often a replica of a cluster of several groups reads every group's leader from etcd (one
 # range read), so its routes name another group's new leader within about this after etcd has it.
 CLUSTER_LEADERS_PERIOD_MS: Final = 1_000
+# A coordination call (etcd) that failed is tried again only after a delay: its bound doubles
+# from COORDINATION_RETRY_FIRST_MS up to COORDINATION_RETRY_MAX_MS, and each delay is drawn from
+# the upper half of its bound (jitter: replicas that failed together do not retry together). The
+# first is short, so one lost call does not slow a failover; the last keeps a replica whose etcd
+# is down near idle, and bounds how long after etcd returns the group leads again.
+COORDINATION_RETRY_FIRST_MS: Final = 250
+COORDINATION_RETRY_MAX_MS: Final = 2_000
+# The same coordination error is logged at most once per this period, then with a count.
+COORDINATION_LOG_PERIOD_MS: Final = 10_000
 # Bytes one follower fetch ships (whole batches, so a little more when a batch straddles it):
 # large enough that a catching-up follower moves ~tens of MiB/s at a fetch per few ms, small
 # enough to hold in memory once per follower.
@@ -490,6 +499,7 @@ assert SINK_BUNDLE_MESSAGES_MAX < 65536
 assert REPLICA_LEASE_SAFETY_MS + 2 * REPLICA_KEEPALIVE_PERIOD_MS <= REPLICA_LEASE_TTL_MS
 assert ETCD_CALL_TIMEOUT_MS <= REPLICA_KEEPALIVE_PERIOD_MS
 assert REPLICA_OBSERVE_PERIOD_MS < REPLICA_LEASE_TTL_MS
+assert COORDINATION_RETRY_FIRST_MS <= REPLICA_OBSERVE_PERIOD_MS <= COORDINATION_RETRY_MAX_MS
 assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX
 assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
 assert REPLICA_FETCH_WAIT_MS < ETCD_CALL_TIMEOUT_MS

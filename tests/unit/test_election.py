@@ -3,6 +3,8 @@ injected."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from txmq import limits
@@ -111,7 +113,7 @@ def test_a_key_naming_this_replica_under_another_lease_is_not_led_with() -> None
     keepalives), having never read the in-sync set; it waits for the key to go instead."""
     e = Election("r1")
     assert e.next_step(0) is Step.OBSERVE
-    e.unreachable(0)
+    e.observed(0, None)  # a read that raced the dead process's put: no key seen
     assert e.next_step(1) is Step.GRANT
     e.granted(1, lease_id=8, ttl_ms=TTL)
     assert e.next_step(1) is Step.CAMPAIGN
@@ -133,6 +135,72 @@ def test_seeing_another_leader_while_leading_steps_down() -> None:
     _lead(e, 0, epoch=5)
     e.observed(10, Leader("r1", "h:2", 9))
     assert not e.leads(10) and e.lease_id is None
+
+
+class FixedDraws:
+    """The election's random source: the given draws in turn, the last one repeated."""
+
+    def __init__(self, *draws: float) -> None:
+        self.draws = list(draws)
+
+    def __call__(self) -> float:
+        return self.draws.pop(0) if len(self.draws) > 1 else self.draws[0]
+
+
+FIRST, MOST = limits.COORDINATION_RETRY_FIRST_MS, limits.COORDINATION_RETRY_MAX_MS
+
+
+@pytest.mark.parametrize("failing", [Step.GRANT, Step.CAMPAIGN, Step.OBSERVE])
+def test_after_etcd_did_not_answer_no_step_comes_before_the_backoff(failing: Step) -> None:
+    """Whatever step failed, the next is WAIT until the backoff delay passed, then that step
+    again: a replica that cannot reach etcd does not call it in a loop (it did: after a failed
+    grant, GRANT was due again at once, 3,000-4,500 calls a second)."""
+    e = Election("r0", rand=FixedDraws(0.999))
+    now = 0
+    if failing is not Step.OBSERVE:
+        assert e.next_step(now) is Step.OBSERVE
+        e.observed(now, None)
+    if failing is Step.CAMPAIGN:
+        e.granted(now, lease_id=8, ttl_ms=TTL)
+    assert e.next_step(now, eligible=True) is failing
+    e.unreachable(now)
+    assert e.next_step(now, eligible=True) is Step.WAIT
+    assert now + FIRST // 2 <= e.due_ms <= now + FIRST
+    assert e.next_step(e.due_ms - 1, eligible=True) is Step.WAIT
+    assert e.next_step(e.due_ms, eligible=True) is failing
+
+
+def test_the_backoff_grows_with_each_failure_in_a_row_is_bounded_and_resets() -> None:
+    e = Election("r0", rand=FixedDraws(0.999))
+    now, delays = 0, []
+    for _ in range(8):
+        assert e.next_step(now) is Step.OBSERVE
+        e.unreachable(now)
+        assert e.next_step(now) is Step.WAIT
+        delays.append(e.due_ms - now)
+        now = e.due_ms
+    bounds = [min(MOST, FIRST << n) for n in range(8)]
+    assert all(b * 0.99 <= d <= b for d, b in zip(delays, bounds, strict=True)), delays
+    assert max(delays) <= MOST and delays[-1] > MOST * 0.99  # grown to the bound, held there
+    e.observed(now, None)  # an answer: the next failure starts from the first delay again
+    e.unreachable(now)
+    assert e.due_ms - now <= FIRST
+
+
+def test_backoff_delays_are_jittered_within_the_upper_half_of_their_bound() -> None:
+    """Replicas that lost etcd together must not retry in step: each delay is drawn from
+    [bound / 2, bound] (a seeded source here)."""
+    delays = []
+    for seed in range(20):
+        e = Election("r0", rand=random.Random(seed).random)
+        for _ in range(5):
+            e.unreachable(0)
+        delays.append(e.retry_ms)  # the fifth delay: at the bound
+    assert all(MOST // 2 <= d <= MOST for d in delays), delays
+    assert len(set(delays)) > 10, delays  # spread, not one value
+    low = Election("r0", rand=FixedDraws(0.0))
+    low.unreachable(0)
+    assert low.retry_ms == FIRST // 2  # never sooner than half the bound
 
 
 def test_etcd_unreachable_keeps_a_leader_only_until_its_own_deadline() -> None:

@@ -22,10 +22,13 @@ it was paused: a resumed process sees its deadline passed before it looks at any
 from __future__ import annotations
 
 import enum
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from txmq import limits
+from txmq.broker.leadership.backoff import Backoff
 from txmq.coordination.keys import Confirmed, Leader, Member
 from txmq.errors import invariant
 
@@ -61,6 +64,7 @@ class Election:
         *,
         incarnation: str | None = None,
         ttl_ms: int = limits.REPLICA_LEASE_TTL_MS,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         invariant(ttl_ms > limits.REPLICA_LEASE_SAFETY_MS, "lease TTL must exceed its margin")
         self.me = me
@@ -75,6 +79,10 @@ class Election:
         self.observed_ms: int | None = None  # when the leader key was last read
         self.renewed_ms = 0  # when our last keepalive (or grant) was sent
         self.due_ms = 0
+        # After a call etcd did not answer, no step before ``retry_ms`` (``unreachable``);
+        # ``rand`` draws the delays' jitter (injected: this module reads no clock or entropy).
+        self.backoff = Backoff(rand)
+        self.retry_ms = 0
         # The group's in-sync set as etcd stored it when the leader key was last read (None:
         # no set stored, a fresh group or ASYNC replication: every replica may campaign).
         self.insync: list[Member] | None = None
@@ -133,6 +141,9 @@ class Election:
         if self.leads(now_ms):  # renewed by ``renewal_due``'s caller, its own timer
             self.due_ms = self.lease_deadline_ms
             return Step.WAIT
+        if now_ms < self.retry_ms:  # etcd did not answer the last call: back off
+            self.due_ms = self.retry_ms
+            return Step.WAIT
         seen = self.observed_ms
         if seen is None or now_ms - seen >= limits.REPLICA_OBSERVE_PERIOD_MS:
             return Step.OBSERVE
@@ -158,6 +169,7 @@ class Election:
     def granted(self, sent_ms: int, lease_id: int, ttl_ms: int) -> None:
         """etcd granted lease ``lease_id`` for ``ttl_ms`` to a request sent at ``sent_ms``."""
         invariant(ttl_ms > 0, "a granted lease has a TTL")
+        self.backoff.reset()
         self.lease_id = lease_id
         self._extend(sent_ms, ttl_ms)
 
@@ -183,11 +195,14 @@ class Election:
             self._lapse()  # our key is gone or someone else's: etcd expired our lease
         self.leader = leader
         self.observed_ms = now_ms
+        self.backoff.reset()
 
     def unreachable(self, now_ms: int) -> None:
-        """etcd did not answer: try again after an observe period; a leader keeps leading only
-        until its own deadline."""
-        self.observed_ms = now_ms
+        """etcd did not answer (refused, timed out, failed): no step until a backoff delay
+        passed (``Backoff``: growing with each failure in a row, bounded, jittered); then the
+        step due is the one that failed, or an observation if one fell due meanwhile. A leader
+        keeps leading only until its own deadline."""
+        self.retry_ms = now_ms + self.backoff.next_ms()
         self.renewed_ms = min(self.renewed_ms, now_ms)
 
     def _extend(self, sent_ms: int, ttl_ms: int) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Final
 
 from txmq import limits
+from txmq.broker.leadership.backoff import Backoff, Repeats
 from txmq.broker.leadership.election import Election
 from txmq.coordination.etcd import Etcd
 from txmq.errors import CoordinationError, invariant
@@ -28,8 +29,12 @@ from txmq.thread_names import name_os_thread
 
 log = logging.getLogger(__name__)
 # After a keepalive that failed (etcd did not answer in ETCD_CALL_TIMEOUT_MS, or refused), the
-# next try: several fit in what the lease has left, and a dead etcd is not called in a loop.
-RETRY_MS: Final = 200
+# next try comes after a backoff delay from RETRY_FIRST_MS up to RETRY_MAX_MS (jittered): several
+# fit in what the lease has left, and a dead etcd is not called in a loop.
+RETRY_FIRST_MS: Final = 200
+RETRY_MAX_MS: Final = 500
+# While the loop stalls, how often the thread looks again.
+STALLED_LOOK_MS: Final = 200
 # The thread renews only while the event loop still runs: a leader whose loop made no election
 # step for longer than this (a hung callback, a deadlock: it serves no one) lets its lease lapse,
 # so another replica leads, as if it had died. A loop held up for less keeps its lease.
@@ -48,6 +53,7 @@ class LeaseRenewal:
         lost: Callable[[], None],
         stepped: Callable[[], int],
         stall_max_ms: int = LOOP_STALL_MAX_MS,
+        rand: Callable[[], float] | None = None,
     ) -> None:
         self.etcd = etcd
         self.election = election
@@ -58,6 +64,10 @@ class LeaseRenewal:
         self.stall_max_ms = stall_max_ms
         self.stalled = False  # renewals withheld because the loop stalled (said once)
         self.renewals = 0  # keepalives answered with a TTL
+        self.backoff = Backoff(
+            rand or election.backoff.rand, first_ms=RETRY_FIRST_MS, max_ms=RETRY_MAX_MS
+        )
+        self.repeats = Repeats(log, "lease keepalive", clock)
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -99,13 +109,15 @@ class LeaseRenewal:
                 leads = self.election.leads(now)
                 return self._until_due(now) if leads else limits.REPLICA_KEEPALIVE_PERIOD_MS
             if self._loop_stalled(now):
-                return RETRY_MS
+                return STALLED_LOOK_MS
         sent = self.clock()  # before the request leaves: the lease runs from no later
         try:
             ttl = self.etcd.keepalive(lease)
         except CoordinationError as exc:
-            log.warning("lease keepalive: %s", exc)  # the lease's own deadline bounds the retries
-            return RETRY_MS
+            self.repeats.failed(str(exc))  # the lease's own deadline bounds the retries
+            return self.backoff.next_ms()
+        self.repeats.succeeded()
+        self.backoff.reset()
         with self.lock:
             self.election.kept_alive(sent, ttl, lease)
             now = self.clock()

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from txmq import limits
+from txmq.broker.leadership.backoff import Backoff, Repeats
 from txmq.broker.leadership.election import Election, Step, sort_key
 from txmq.broker.leadership.keepalive import LOOP_STALL_MAX_MS, LeaseRenewal
 from txmq.broker.leadership.preferred import HandBack
@@ -48,15 +50,26 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-async def refresh_every(period_ms: int, refresh: Callable[[], None], what: str) -> None:
+async def refresh_every(
+    period_ms: int, refresh: Callable[[], None], what: str, clock: Callable[[], int] = monotonic_ms
+) -> None:
     """Run the blocking etcd read ``refresh`` in a thread every ``period_ms``, forever (until
-    cancelled); an etcd that does not answer is logged as ``what`` and read again next period."""
+    cancelled); after a read etcd did not answer, the next comes after a backoff delay (from
+    the period up, bounded, jittered) and the failure is logged as ``what`` (a repeated one
+    once per COORDINATION_LOG_PERIOD_MS, with a count)."""
+    backoff = Backoff(random.random, first_ms=period_ms, max_ms=2 * period_ms)
+    repeats = Repeats(log, what, clock)
     while True:
         try:
             await asyncio.to_thread(refresh)
         except CoordinationError as exc:
-            log.warning("%s: %s", what, exc)
-        await asyncio.sleep(period_ms / 1000)
+            repeats.failed(str(exc))
+            delay_ms = backoff.next_ms()
+        else:
+            repeats.succeeded()
+            backoff.reset()
+            delay_ms = period_ms
+        await asyncio.sleep(delay_ms / 1000)
 
 
 class LocalLog(Protocol):
@@ -84,6 +97,7 @@ class Leadership:
         ttl_ms: int = limits.REPLICA_LEASE_TTL_MS,
         incarnation: str | None = None,
         loop_stall_max_ms: int = LOOP_STALL_MAX_MS,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.etcd = etcd
         self.key = leader_key(cluster, group)
@@ -94,8 +108,10 @@ class Leadership:
         self.replicas_prefix = replicas_prefix(cluster, group)
         # Every replica of the group as etcd lists them, name -> endpoint; this one always.
         self.replicas: dict[str, str] = {me: endpoint}
-        self.election = Election(me, incarnation=incarnation, ttl_ms=ttl_ms)
+        self.election = Election(me, incarnation=incarnation, ttl_ms=ttl_ms, rand=rand)
         self.clock = clock
+        # etcd's failures as this replica's steps meet them, logged once per period with a count.
+        self.repeats = Repeats(log, "election step", clock)
         self.changed = asyncio.Event()  # set whenever the observed leader changes
         # Held around every call into ``election``: the keepalive thread renews the lease
         # (keepalive.py) while the loop steps and reads it.
@@ -103,7 +119,7 @@ class Leadership:
         self.stepped_ms = clock()  # when ``step`` last ran (the keepalive thread asks)
         self.renewal = LeaseRenewal(
             etcd, self.election, self.lock, clock, self._lost, lambda: self.stepped_ms,
-            loop_stall_max_ms,
+            loop_stall_max_ms, rand,
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None  # the one ``run`` runs on
         # Was this replica in sync with the last leader it fetched from (follower.py)? Asked
@@ -176,9 +192,12 @@ class Leadership:
                 self._warn_reborn()
         except CoordinationError as exc:
             self.errors += 1
-            log.warning("%s", exc)
+            self.repeats.failed(str(exc))
             with self.lock:
                 e.unreachable(self.clock())
+        else:
+            if step is not Step.WAIT:  # etcd answered a call
+                self.repeats.succeeded()
         if e.leader != before:
             self.changed.set()
         return step

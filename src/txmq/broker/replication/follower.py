@@ -34,6 +34,7 @@ from txmq.broker.cluster import routes
 from txmq.broker.cluster.membership import Membership, copy_definition
 from txmq.broker.config.broker_config import BrokerConfig
 from txmq.broker.consume.positions import FILE_NAME as POSITIONS_FILE
+from txmq.broker.leadership.backoff import Repeats
 from txmq.broker.leadership.election import BELOW_CONFIRMED
 from txmq.broker.leadership.runner import Leadership
 from txmq.broker.produce.delay import DELAY_FILE
@@ -135,6 +136,9 @@ class Follower:
         self.fetched_ms = 0
         self.caught_up_ms = 0
         self.answered = asyncio.Event()  # a leader answered a fetch of this follower
+        # Refusals logged once per period while the same one repeats (a stale leader, etcd
+        # unreachable: it repeats every observe period).
+        self.refusals = Repeats(log, "leader refused a fetch", leadership.clock, level=logging.INFO)
         self._topics_ms = -limits.REPLICA_TOPICS_PERIOD_MS
         # How the leader is called: TLS and the signature of cluster_access_key when secured.
         self.link = LeaderLink(security)
@@ -212,9 +216,10 @@ class Follower:
         self, header: dict[str, Any], data: bytes, want_topics: bool, now: int
     ) -> None:
         if not header.get("ok"):
-            log.info("leader refused a fetch: %s", header.get("error"))
+            self.refusals.failed(str(header.get("error")))
             await asyncio.sleep(limits.REPLICA_OBSERVE_PERIOD_MS / 1000)
             return
+        self.refusals.succeeded()
         if data:
             start = self.store.log_end_offset
             pairs = [(int(e), int(s)) for e, s in header.get("epochs", [])]

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar
 import grpc
 
 from txmq import limits
+from txmq.broker.leadership.backoff import Repeats
 from txmq.broker.replication.leader import SERVICE
 from txmq.broker.replication.wire import WireLink
 from txmq.errors import RemoteProtocolError
@@ -48,6 +49,10 @@ WIRE_ASK_AGAIN_S: Final = 5.0
 T = TypeVar("T")
 
 
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class LeaderLink:
     """The follower's channel to its leader and the fetch stream on it (one per follower)."""
 
@@ -63,6 +68,9 @@ class LeaderLink:
         # None when it has none (or this follower calls it over TLS or signed).
         self._wire: WireLink | object | None = _ASK
         self._ask_at = 0.0  # when a leader without a wire port is asked again
+        # Failed rounds, logged once per period while the same failure repeats (a leader that
+        # is gone while etcd, unreachable, still names it: every observe period).
+        self.failures = Repeats(log, "fetch round", _monotonic_ms, level=logging.INFO)
 
     @property
     def transport(self) -> str:
@@ -193,8 +201,12 @@ class LeaderLink:
                 return None
         body = json.dumps(args).encode()
         if isinstance(self._wire, WireLink):
-            return await self._wire_round(endpoint, self._wire, body)
-        return await self._stream_fetch(endpoint, body)
+            reply = await self._wire_round(endpoint, self._wire, body)
+        else:
+            reply = await self._stream_fetch(endpoint, body)
+        if reply is not None:
+            self.failures.succeeded()
+        return reply
 
     async def _stream_fetch(self, endpoint: str, body: bytes) -> bytes | None:
         if self._unary_only:
@@ -251,7 +263,7 @@ class LeaderLink:
             await self._failed(method, endpoint, grpc.StatusCode.DEADLINE_EXCEEDED)
 
     async def _failed(self, method: str, endpoint: str, code: grpc.StatusCode) -> None:
-        log.info("%s from %s failed: %s", method, endpoint, code)
+        self.failures.failed(f"{method} from {endpoint} failed: {code}")
         if code is grpc.StatusCode.UNAVAILABLE and self._channel is not None:
             # A fresh channel next time: a leader restarted on the same port is reached at
             # once, not after the old channel's reconnect backoff (which grows to minutes,

@@ -1,0 +1,112 @@
+"""Retrying a coordination call that failed: how long to wait, and how often to say so.
+
+Owns: ``Backoff``, the delays between retries of a failed etcd call (bounded, jittered; pure:
+the random source is injected, so the election stays sans-I/O and its tests exact), and
+``Repeats``, which logs a failure that keeps happening once per period with a count instead of
+once per try (a replica cut off from etcd tries for as long as the cut lasts).
+Must not: call etcd or decide what to do next (election.py does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from txmq import limits
+from txmq.errors import invariant
+
+# Doublings of the first delay before the bound is reached (bounds the shift below).
+_DOUBLINGS_MAX = 30
+
+
+class Backoff:
+    """Delays between retries: the bound doubles from ``first_ms`` to at most ``max_ms`` with
+    each failure in a row, and each delay is drawn uniformly from the bound's upper half
+    ("equal jitter"): never less than half the bound, so a retry never comes at once, and never
+    in step with another replica's. ``reset`` after a success."""
+
+    def __init__(
+        self,
+        rand: Callable[[], float],
+        *,
+        first_ms: int = limits.COORDINATION_RETRY_FIRST_MS,
+        max_ms: int = limits.COORDINATION_RETRY_MAX_MS,
+    ) -> None:
+        invariant(0 < first_ms <= max_ms, "backoff bounds: 0 < first <= max")
+        self.rand = rand  # uniform in [0, 1)
+        self.first_ms = first_ms
+        self.max_ms = max_ms
+        self.failures = 0  # in a row
+
+    def bound_ms(self) -> int:
+        """The upper bound of the next delay."""
+        return min(self.max_ms, self.first_ms << min(self.failures, _DOUBLINGS_MAX))
+
+    def next_ms(self) -> int:
+        """The delay before the next try, after one more failure."""
+        bound = self.bound_ms()
+        self.failures += 1
+        half = bound // 2
+        return max(1, half + int(self.rand() * (bound - half)))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Repeats:
+    """Log a failure at once, then the same failure again at most once per ``period_ms``,
+    saying how many times it happened since it was last logged; and, once the call succeeds
+    again, one line saying how many tries failed."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        clock: Callable[[], int],
+        period_ms: int = limits.COORDINATION_LOG_PERIOD_MS,
+        level: int = logging.WARNING,
+    ) -> None:
+        self.logger = logger
+        self.level = level
+        self.what = what
+        self.clock = clock
+        self.period_ms = period_ms
+        self.failures = 0  # in a row
+        self._text = ""  # the failure last logged
+        self._said_ms = 0
+        self._unsaid = 0  # times it happened again since
+
+    def failed(self, text: str) -> None:
+        now = self.clock()
+        self.failures += 1
+        if text == self._text:
+            if now - self._said_ms < self.period_ms:
+                self._unsaid += 1
+                return
+            self.logger.log(
+                self.level, "%s: %s (%d times in the last %.1f s)", self.what, text,
+                self._unsaid + 1,
+                (now - self._said_ms) / 1000,
+            )  # fmt: skip
+            self._said_ms, self._unsaid = now, 0
+            return
+        self._flush(now)
+        self.logger.log(self.level, "%s: %s", self.what, text)
+        self._text, self._said_ms = text, now
+
+    def _flush(self, now: int) -> None:
+        if self._unsaid:
+            self.logger.log(
+                self.level, "%s: %s, %d times more in the last %.1f s", self.what, self._text,
+                self._unsaid,
+                (now - self._said_ms) / 1000,
+            )  # fmt: skip
+        self._unsaid = 0
+
+    def succeeded(self) -> None:
+        if not self.failures:
+            return
+        self._flush(self.clock())
+        self.logger.info("%s: answered again after %d failed tries", self.what, self.failures)
+        self.failures = 0
+        self._text = ""
