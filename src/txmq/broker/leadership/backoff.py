@@ -15,9 +15,6 @@ from collections.abc import Callable
 from txmq import limits
 from txmq.errors import invariant
 
-# Doublings of the first delay before the bound is reached (bounds the shift below).
-_DOUBLINGS_MAX = 30
-
 
 class Backoff:
     """Delays between retries: the bound doubles from ``first_ms`` to at most ``max_ms`` with
@@ -37,20 +34,19 @@ class Backoff:
         self.first_ms = first_ms
         self.max_ms = max_ms
         self.failures = 0  # in a row
-
-    def bound_ms(self) -> int:
-        """The upper bound of the next delay."""
-        return min(self.max_ms, self.first_ms << min(self.failures, _DOUBLINGS_MAX))
+        self._bound = first_ms  # of the next delay
 
     def next_ms(self) -> int:
         """The delay before the next try, after one more failure."""
-        bound = self.bound_ms()
+        bound = self._bound
+        self._bound = min(self.max_ms, 2 * bound)
         self.failures += 1
         half = bound // 2
         return max(1, half + int(self.rand() * (bound - half)))
 
     def reset(self) -> None:
         self.failures = 0
+        self._bound = self.first_ms
 
 
 class Repeats:
