@@ -49,7 +49,7 @@ def appends(writers: int, seconds: float) -> tuple[float, float, float, float]:
                 RecordDraft(topic="bench", queue_id=k % 8, body=body, message_id=f"{k}-{i}")
             ),
         )
-        per_sync = len(lat) / max(1, s._group.syncs)
+        per_sync = len(lat) / max(1, s.writes.group.syncs)
         s.close()
         return rate, pct(lat, 0.5), pct(lat, 0.99), per_sync
     finally:

@@ -59,7 +59,7 @@ class FaultModel(StoreModel):
     @precondition(lambda self: self.durable)
     @rule(pick=st.integers(0, 10**9))
     def bit_rot(self, pick: int) -> None:
-        limit = self.store._checkpointed
+        limit = self.store._checkpoints.checkpointed
         gone = {r.message_id for r in self.damaged}
         cands = [
             r

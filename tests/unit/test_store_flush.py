@@ -86,16 +86,16 @@ def test_writers_during_one_fsync_share_the_next(clock: Clock) -> None:
     assert disk.entered.acquire(timeout=10), "the first writer's fsync started"
     # While that fsync is blocked, ten more writers write and wait.
     rest = start_writers(s, range(1, 11), errors)
-    wait_until(lambda: len(s._group._pending) == 10, "ten writers wrote and wait")
+    wait_until(lambda: len(s.writes.group._pending) == 10, "ten writers wrote and wait")
     assert s.queue_offsets("t", 0) == (0, 0), "nothing is visible before its fsync"
     assert s.scan(0, 99) == [] and s.log_end_offset == 0
-    syncs_before = s._group.syncs
+    syncs_before = s.writes.group.syncs
     disk.gated = False
     disk.gate.set()
     for t in first + rest:
         t.join(10)
     assert not errors
-    assert s._group.syncs - syncs_before == 2, "one fsync for the first, one for the ten"
+    assert s.writes.group.syncs - syncs_before == 2, "one fsync for the first, one for the ten"
     assert s.queue_offsets("t", 0) == (0, 11)
     s.close()
 
@@ -133,8 +133,9 @@ def test_async_mode_flushes_on_its_interval_without_being_asked(clock: Clock) ->
     for i in range(5):
         s.append(draft(i))
     assert s.queue_offsets("t", 0) == (0, 5), "ASYNC records are readable at once"
-    wait_until(lambda: s._group.durable_end == s._group.written_end, "the interval flush ran")
-    assert 1 <= s._group.syncs <= 5
+    group = s.writes.group
+    wait_until(lambda: group.durable_end == group.written_end, "the interval flush ran")
+    assert 1 <= group.syncs <= 5
     s.close()
 
 
@@ -216,7 +217,7 @@ def test_a_roll_writes_the_staged_records_before_syncing_the_full_segment(clock:
     first = start_writers(s, range(10, 11), errors)
     assert disk.entered.acquire(timeout=10), "the flusher's fsync started"
     staged = start_writers(s, range(11, 16), errors)
-    wait_until(lambda: len(s._group._pending) == 5, "five writers staged and wait")
+    wait_until(lambda: len(s.writes.group._pending) == 5, "five writers staged and wait")
     assert len(s.log._staged) == 5, "their bytes wait for the flusher, not written yet"
     roller = threading.Thread(
         target=s.append, args=(RecordDraft(topic="t", queue_id=0, body=b"r" * big),)
@@ -273,13 +274,14 @@ def after_a_busy_group() -> Store:
     first = start_writers(s, range(1), errors)
     assert disk.entered.acquire(timeout=10), "the first writer's fsync started"
     busy = start_writers(s, range(1, 3), errors)  # two writes: the next group follows a busy one
-    wait_until(lambda: len(s._group._pending) == 2, "two writers wrote and wait")
+    wait_until(lambda: len(s.writes.group._pending) == 2, "two writers wrote and wait")
     disk.gated = False
     disk.gate.set()
     for t in first + busy:
         t.join(10)
     assert not errors
-    assert s._group.syncs == 2 and s._group.lingers == 0, "a group after a lone write: no linger"
+    group = s.writes.group
+    assert group.syncs == 2 and group.lingers == 0, "a group after a lone write: no linger"
     return s
 
 
@@ -294,8 +296,8 @@ def test_after_a_busy_group_the_flusher_lingers_until_the_writers_it_saw_are_bac
     for t in later:
         t.join(10)
     assert not errors
-    assert s._group.lingers <= 1 and s._group.linger_timeouts == 0
-    assert s._group.syncs == 3, "the three later writes share one fsync"
+    assert s.writes.group.lingers <= 1 and s.writes.group.linger_timeouts == 0
+    assert s.writes.group.syncs == 3, "the three later writes share one fsync"
     assert s.queue_offsets("t", 0) == (0, 6)
     s.close()
 
@@ -320,7 +322,7 @@ def test_two_writers_in_lockstep_do_not_wait_out_the_linger() -> None:
     for t in writers:
         t.join(30)
     assert not errors and not any(t.is_alive() for t in writers)
-    assert s._group.linger_timeouts <= 1, "a linger waited for a writer that was not there"
+    assert s.writes.group.linger_timeouts <= 1, "a linger waited for a writer that was not there"
     assert s.queue_offsets("t", 0) == (0, 40)
     s.close()
 
@@ -329,7 +331,7 @@ def test_a_lone_writer_never_lingers(clock: Clock) -> None:
     s = Store.open(ROOT, LINGER, now_ms=clock, disk=SimDisk())
     for i in range(20):
         s.append(draft(i))
-    assert s._group.lingers == 0 and s._group.syncs == 20
+    assert s.writes.group.lingers == 0 and s.writes.group.syncs == 20
     s.close()
 
 
@@ -337,11 +339,11 @@ def test_flush_cuts_a_linger_short_and_keeps_the_lingering_write() -> None:
     s = after_a_busy_group()
     errors: list[BaseException] = []
     lone = start_writers(s, range(3, 4), errors)  # one of the four the linger waits for
-    wait_until(lambda: s._group.lingers == 1, "the flusher lingers")
+    wait_until(lambda: s.writes.group.lingers == 1, "the flusher lingers")
     s.flush()  # urgent: ends the linger (else this would wait out the full second)
     for t in lone:
         t.join(10)
-    assert not errors and s._group.syncs == 3
+    assert not errors and s.writes.group.syncs == 3
     assert s.queue_offsets("t", 0) == (0, 4)
     s.close()
 

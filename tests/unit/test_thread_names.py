@@ -38,7 +38,7 @@ def test_a_thread_gets_its_threading_name_cut_to_15_bytes() -> None:
 def test_the_store_flusher_thread_is_named_in_proc(clock: Clock) -> None:
     store = Store.open(Path("/sim/store"), SMALL, now_ms=clock, disk=SimDisk())
     try:
-        flusher = store._group._flusher
+        flusher = store.writes.group._flusher
         assert flusher.native_id is not None
         # The flusher names itself first thing: once it has synced a write, it is named.
         store.append_many([RecordDraft(topic="t", queue_id=0, body=b"x", message_id="m0")])

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from txmq import limits
-from txmq.errors import CorruptRecordError, OffsetNotFoundError, StoreFencedError, invariant
+from txmq.errors import CorruptRecordError, OffsetNotFoundError, invariant
 from txmq.format import record as codec
 from txmq.model import Record
 from txmq.store.flush import Group
@@ -144,7 +144,7 @@ def append_shipped(store: Store, data: bytes) -> int:
         StoreFencedError, DiskFullError, StoreClosedError: as ``Store.append_many``.
     """
     group, end = append_shipped_nowait(store, data)
-    if group is not None and store._group.inline:
+    if group is not None and store.writes.group.inline:
         sync_shipped(store)
     elif group is not None:
         group.wait()
@@ -155,7 +155,7 @@ def sync_shipped(store: Store) -> None:
     """A follower's store (``Store.open(inline_sync=True)``): make what was appended durable
     and readable in this thread (the flusher's steps: pwrite, fdatasync, publication), with no
     hop to the flusher and back; then ``shipped_durable`` tells (a failed fsync fences)."""
-    store._group.sync_here()
+    store.writes.group.sync_here()
 
 
 def append_shipped_nowait(store: Store, data: bytes) -> tuple[Group | None, int]:
@@ -165,7 +165,7 @@ def append_shipped_nowait(store: Store, data: bytes) -> tuple[Group | None, int]
     if not data:
         return None, store.log_end_offset
     entries = _entries(data)
-    group = _write(store, data, entries)
+    group = store.writes.append_placed(data, entries)
     return group, entries[-1].physical_offset + entries[-1].size
 
 
@@ -175,7 +175,7 @@ def shipped_durable(store: Store, group: Group | None, end: int) -> int:
     Raises:
         StoreFencedError: the fsync that would have covered it failed.
     """
-    store._group.check_durable(group, end)
+    store.writes.group.check_durable(group, end)
     return end
 
 
@@ -191,44 +191,6 @@ def _entries(data: bytes) -> list[codec.Entry]:
         pos += entry.size
     invariant(pos == len(data), "shipment records add up to its size")
     return out
-
-
-def _write(store: Store, data: bytes, entries: list[codec.Entry]) -> Group | None:
-    """Under the writer lock: place each batch where its leader did (one reservation per batch,
-    as ``Store._write_locked``), write it, hand the records to the group commit."""
-    with store._group.lock:
-        store._check_writable()
-        first, pos = 0, 0
-        for i, e in enumerate(entries):
-            if e.batch_left == 0 or i == len(entries) - 1:
-                batch = entries[first : i + 1]
-                size = sum(b.size for b in batch)
-                _write_batch(store, data[pos : pos + size], batch)
-                first, pos = i + 1, pos + size
-        last = entries[-1]
-        return store._group.add(entries, last.physical_offset + last.size)
-
-
-def _write_batch(store: Store, chunk: bytes, batch: list[codec.Entry]) -> None:
-    start = batch[0].physical_offset
-    at = store.log.reserve(len(chunk))
-    if at != start:
-        raise CorruptRecordError(
-            start,
-            f"a shipped batch would land at {at}: the follower's log or segment size differs"
-            " from its leader's",
-        )
-    ends = {(e.topic, e.queue_id): e.queue_offset + 1 for e in batch if codec.enters_queue(e.flag)}
-    store._dispatcher.reserve(ends, sum(len(e.keys) + 1 for e in batch))  # as the leader did
-    try:
-        store.log.write(at, chunk, stage=store._stage_writes)  # the flusher pwrites it
-    except OSError as exc:
-        store._group.fence(f"writing a shipped record failed: {exc}")
-        raise StoreFencedError(store._group.fenced) from exc
-    for e in batch:
-        if codec.enters_queue(e.flag):
-            store._next_queue_offset[(e.topic, e.queue_id)] = e.queue_offset + 1
-        store._last_store_ms = max(store._last_store_ms, e.store_timestamp_ms)
 
 
 def last_of(data: bytes) -> tuple[int, int]:
@@ -259,13 +221,13 @@ def tail_of(store: Store) -> tuple[int, int] | None:
 
 def durable_end(store: Store) -> int:
     """The end of what is durable on this store, visible or held back (``Hold``)."""
-    return store._group.durable_end
+    return store.writes.group.durable_end
 
 
 def written_out_end(store: Store) -> int:
     """The end of what is in this store's log file, durable or not yet (always a batch
     boundary: the group commit writes whole groups out before their fsync)."""
-    return store._group.written_out_end
+    return store.writes.group.written_out_end
 
 
 class Hold:
@@ -293,7 +255,7 @@ class Hold:
         self._recovered = [got.held_from, got.log_end] if got.held_from is not None else None
         self._recovered_left = got.held_count
         self._allowed = 0  # the followers have every byte below this durable
-        self._publish = store._group.replace_publish(self._keep)
+        self._publish = store.writes.group.replace_publish(self._keep)
 
     def _keep(self, entries: Sequence[codec.Entry], end: int) -> None:
         with self._lock:
@@ -380,4 +342,4 @@ def _entry(rec: Record) -> codec.Entry:
 def notify_written(store: Store, callback: Callable[[], None]) -> None:
     """Call ``callback`` (on the flusher thread, no lock held) each time ``written_out_end``
     moves: a leader wakes its followers' long polls before its own fsync."""
-    store._group.on_written = callback
+    store.writes.group.on_written = callback

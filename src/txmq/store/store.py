@@ -1,67 +1,55 @@
-"""The store façade: commit log + dispatcher (consume queues, index) + group commit + recovery.
+"""The store façade: commit log + write path + dispatcher (consume queues, index) + recovery.
 
-Owns: the public ``Store`` API (docs/ARCHITECTURE.md), serialising writers, assigning queue
-offsets and store timestamps, checkpoints, retention and the disk watermark. The parts it
-composes: ``commit_log`` (segments), ``dispatch`` (queues + index), ``flush`` (group commit,
-fencing), ``recovery`` (open after a crash), ``checkpoint`` (file + abort marker). Must not: use
-asyncio, read the wall clock (time comes from ``now_ms``) or do file I/O except through ``Disk``.
+Owns: the public ``Store`` API (docs/ARCHITECTURE.md) and putting its parts together: the
+commit log (``commit_log``: segments), the write path (``write_path``: the writer lock, queue
+offsets and store timestamps, the disk watermark, and the group commit of ``flush``), the
+dispatcher (``dispatch``: queues and index) and its reader, recovery at open (``recovery``),
+checkpoints (``checkpointer``), repair (``repair``) and retention (``retention``). Must not:
+use asyncio, read the wall clock (time comes from ``now_ms``) or do file I/O except through
+``Disk``.
 
 Theory of operation
 -------------------
-``append_many`` validates and encodes its drafts, then under the writer lock assigns queue
-offsets, reserves room for the whole batch in one segment, writes it with one pwrite and hands
-the dispatch entries to the group commit. In SYNC mode it then releases the lock and waits
+``append_many`` hands its drafts to the write path, which writes them under the writer lock
+and hands their dispatch entries to the group commit. In SYNC mode the writer then waits
 until the flusher's fdatasync covers its bytes; the flusher dispatches the covered records to
 queues and index before waking the writers, so a record is readable exactly when it is
 durable ("visible end", ``log_end_offset``). ASYNC dispatches at once, fsyncs every interval.
 
-Checkpoints (after every ``_CHECKPOINT_EVERY_BYTES`` flushed, at retention and at close) sync
-queues and index and record their sizes, bounding recovery work after a crash.
+Checkpoints (after every ``checkpointer.CHECKPOINT_EVERY_BYTES`` flushed, at retention and at
+close) sync queues and index and record their sizes, bounding recovery work after a crash.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
 
 from txmq import limits
-from txmq.errors import (
-    BadRequestError,
-    DiskFullError,
-    OffsetNotFoundError,
-    StoreClosedError,
-    StoreFencedError,
-    is_disk_full,
-)
-from txmq.format import record as codec
+from txmq.errors import OffsetNotFoundError
 from txmq.model import AppendResult, FlushMode, QueueBytes, QueueRead, Record, RecordDraft
 from txmq.store import checkpoint as cpfile
 from txmq.store.ballast import Ballast
+from txmq.store.checkpointer import Checkpointer
 from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
 from txmq.store.disk import Disk, OsDisk
-from txmq.store.flush import Group, GroupCommit, Pending
+from txmq.store.flush import Pending
 from txmq.store.health import Health
 from txmq.store.reader import Reader
 from txmq.store.recent import Recent
 from txmq.store.recovery import recover_store
 from txmq.store.repair import Scrubber, rebuild_queue
-from txmq.store.retention import delete_expired
-
-# Disk usage is checked every this many appends or milliseconds, whichever comes first: a
-# statvfs per append would cost more than the write.
-_DISK_CHECK_EVERY: Final = 256
-_DISK_CHECK_MS: Final = 1_000
-# A checkpoint is taken after this many flushed bytes, bounding recovery work after a crash.
-_CHECKPOINT_EVERY_BYTES: Final = 64 * limits.MiB
-logger = logging.getLogger(__name__)
+from txmq.store.retention import Retention
+from txmq.store.watermark import Watermark
+from txmq.store.write_path import WritePath
 
 
 class Store:
-    """See the module docstring. Thread-safe; open with ``Store.open``."""
+    """See the module docstring. Thread-safe; open with ``Store.open``. ``writes`` is the
+    write path (store/write_path.py): replication writes shipped records through it and waits
+    on its group commit."""
 
     def __init__(
         self,
@@ -80,11 +68,12 @@ class Store:
         # Give the reserve back first, so recovery and the markers fit on a full disk.
         self._ballast = Ballast(disk, data_dir)
         self._ballast.release()
+        watermark = Watermark(disk, data_dir, config.disk_watermark, self._ballast)
         self.log = CommitLog(
             data_dir / "commitlog",
             disk,
             config.segment_size_bytes,
-            before_growth=self._check_growth,
+            before_growth=watermark.check_growth,
         )
         self._dispatcher, self.recovery = recover_store(
             self.log, data_dir, disk, config.consume_queue_entries_per_file, visible_end=visible_end
@@ -100,32 +89,36 @@ class Store:
             self.log, self._dispatcher, self.health, self.rebuild_queue, self._recent
         )
         self._scrubber = Scrubber(self.log, self._dispatcher, self.health)
-        self._checkpoint_lock = threading.Lock()
-        self._retention_lock = threading.Lock()
-        self._checkpointed = -1
-        self._next_queue_offset = self._dispatcher.next_queue_offsets()
-        self._next_queue_offset.update(self.recovery.held_queue_ends)  # held from readers only
-        self._closed = False
-        self._appends = 0
-        self._disk_checked_ms = -_DISK_CHECK_MS
-        self._disk_used = 0.0
-        self._last_store_ms = 0
-        self._stage_writes = config.flush_mode is FlushMode.SYNC
-        self._segment_size = config.segment_size_bytes  # StoreConfig is not compiled
-        self._group = GroupCommit(
-            sync_mode=config.flush_mode is FlushMode.SYNC,
-            interval_ms=config.flush_interval_ms,
-            end=self.log.end_offset,
-            sync_log=self.log.sync,
-            publish=self._dispatcher.publish,
-            take_writes=self.log.take_staged,
-            after_flush=self._after_flush,
-            inline=inline_sync,
-            linger_us=config.group_commit_linger_us,
+        self._checkpoints = Checkpointer(
+            self._dispatcher,
+            disk,
+            data_dir,
+            fenced=lambda: self.writes.group.fenced,
+            sync_log=self.log.sync if config.flush_mode is FlushMode.ASYNC else None,
+        )
+        self._retention = Retention(
+            self.log,
+            self._dispatcher,
+            self._checkpoints,
+            retention_ms=config.retention_ms,
+            now_ms=now_ms,
+        )
+        next_queue_offsets = self._dispatcher.next_queue_offsets()
+        next_queue_offsets.update(self.recovery.held_queue_ends)  # held from readers only
+        self.writes = WritePath(
+            self.log,
+            self._dispatcher,
+            config,
+            now_ms=now_ms,
+            watermark=watermark,
+            recent=self._recent,
+            next_queue_offsets=next_queue_offsets,
+            after_flush=self._checkpoints.after_flush,
+            inline_sync=inline_sync,
         )
         self._dispatcher.on_disk_full = self._ballast.release
-        self._dispatcher.before_growth = self._check_growth
-        self._checkpoint_if_room()
+        self._dispatcher.before_growth = watermark.check_growth
+        self._checkpoints.checkpoint_if_room()
         cpfile.mark_open(disk, data_dir)
         self._ballast.take()
 
@@ -170,10 +163,10 @@ class Store:
             DiskFullError: disk usage is above the watermark.
             StoreClosedError: the store is closed.
         """
-        pending = self.append_many_nowait(drafts)
+        pending = self.writes.append_nowait(drafts)
         if pending.group is not None:
             pending.group.wait()
-        return self.durable(pending)
+        return self.writes.durable(pending)
 
     def append_many_nowait(self, drafts: Sequence[RecordDraft]) -> Pending:
         """``append_many`` up to the write: returns at once, before the fsync.
@@ -183,16 +176,7 @@ class Store:
         event loop waits without a thread); then ``durable(pending)`` gives the results or
         raises StoreFencedError. Raises what ``append_many`` raises before writing.
         """
-        if not drafts:
-            return Pending([], self._group.written_end, None)
-        for d in drafts:
-            codec.validate_draft(d, body_size_max=self.config.body_size_max)
-        with self._group.lock:
-            self._check_writable(clock := self.now_ms())
-            now = max(clock, self._last_store_ms)
-            results, end, group = self._write_locked(drafts, now)
-            self._last_store_ms = now
-        return Pending(results, end, group)
+        return self.writes.append_nowait(drafts)
 
     def durable(self, pending: Pending) -> list[AppendResult]:
         """The results of a write from ``append_many_nowait`` once its group is done.
@@ -200,86 +184,7 @@ class Store:
         Raises:
             StoreFencedError: the fsync that would have covered it failed.
         """
-        self._group.check_durable(pending.group, pending.end)
-        return pending.results
-
-    def _check_writable(self, now: int | None = None) -> None:
-        if self._closed:
-            raise StoreClosedError()
-        self._group.check_writable()
-        now = self.now_ms() if now is None else now  # the caller's reading of the clock, if any
-        self._appends += 1
-        if self._appends % _DISK_CHECK_EVERY == 1 or now - self._disk_checked_ms >= _DISK_CHECK_MS:
-            self._disk_used = self.disk.used_ratio(self.data_dir)
-            self._disk_checked_ms = now
-            self._ballast.retake(self.disk.space(self.data_dir)[1])
-        if self._disk_used > self.config.disk_watermark:
-            raise DiskFullError.above_watermark(self._disk_used, self.config.disk_watermark)
-
-    def _check_growth(self, nbytes: int) -> None:
-        """Refuse a reservation (log or derived data) that would pass the watermark (ADR 0003)."""
-        total, free = self.disk.space(self.data_dir)
-        after = (total - free + nbytes) / total if total else 0.0
-        if after > self.config.disk_watermark:
-            self._disk_used = (total - free) / total
-            raise DiskFullError.above_watermark(after, self.config.disk_watermark, nbytes <= free)
-
-    def _write_locked(
-        self, drafts: Sequence[RecordDraft], now: int
-    ) -> tuple[list[AppendResult], int, Group | None]:
-        """Encode, place and write a batch under the writer lock; returns the results, the end
-        offset and the group commit to wait for (None in ASYNC mode)."""
-        assigned: dict[tuple[str, int], int] = {}
-        bufs: list[bytearray] = []
-        qoffs: list[int] = []
-        total = index_entries = 0
-        for d in drafts:
-            qoff = -1
-            if codec.enters_queue(d.flag):
-                key = (d.topic, d.queue_id)
-                qoff = assigned.get(key, self._next_queue_offset.get(key, 0))
-                assigned[key] = qoff + 1
-            buf = codec.encode(d, queue_offset=qoff, store_timestamp_ms=now)
-            bufs.append(buf)
-            qoffs.append(qoff)
-            total += len(buf) + codec.HEAD_SIZE  # ``place`` puts the head in front
-            index_entries += len(d.keys) + 1
-        if total + codec.HEAD_SIZE > self._segment_size:
-            raise BadRequestError(f"a batch of {total} bytes does not fit one log segment")
-        try:  # the log's space, then its derived data's: a full disk refuses here
-            phys = self.log.reserve(total)
-            self._dispatcher.reserve(assigned, index_entries)
-        except DiskFullError:
-            raise  # nothing was written: refused, not fenced
-        except OSError as exc:
-            self._group.fence(f"rolling a segment failed: {exc}")
-            raise StoreFencedError(self._group.fenced) from exc
-        parts: list[bytes] = []
-        entries: list[codec.Entry] = []
-        results: list[AppendResult] = []
-        at, n = phys, len(bufs)
-        for i in range(n):  # by index: a zip(strict=True) is a generic call compiled (issue 17)
-            d, qoff = drafts[i], qoffs[i]
-            parts.append(placed := codec.place(bufs[i], at, batch_left=n - 1 - i))
-            size = len(placed)
-            entries.append(codec.Entry(
-                at, size, d.flag, 0, d.topic, d.queue_id, qoff, now, d.tag, d.message_id, d.keys
-            ))  # fmt: skip
-            results.append(AppendResult(at, size, qoff, now, d.message_id))
-            at += size
-        try:
-            self.log.write(phys, parts[0] if n == 1 else b"".join(parts), stage=self._stage_writes)
-            self._next_queue_offset.update(assigned)
-            group = self._group.add(entries, at)
-        except DiskFullError:
-            raise  # the cut-short write was undone: refused, not fenced
-        except OSError as exc:
-            self._group.fence(f"writing the log failed: {exc}")
-            raise StoreFencedError(self._group.fenced) from exc
-        for i in range(n):
-            if qoffs[i] >= 0:
-                self._recent.add(parts[i], drafts[i], results[i])
-        return results, at, group
+        return self.writes.durable(pending)
 
     def flush(self) -> None:
         """Make everything appended so far durable (useful in ASYNC mode).
@@ -287,24 +192,10 @@ class Store:
         Raises:
             StoreFencedError: the fsync failed.
         """
-        self._check_open()
-        self._group.flush()
+        self.writes.check_open()
+        self.writes.group.flush()
 
     # --- Checkpoints, close. ---------------------------------------------------------------------
-
-    def _after_flush(self, durable_end: int) -> None:
-        if durable_end - self._checkpointed >= _CHECKPOINT_EVERY_BYTES:
-            self._checkpoint_if_room()
-
-    def _checkpoint_if_room(self) -> None:
-        """Checkpoint, unless the disk is full: the previous checkpoint still vouches for a
-        prefix of the log, so skipping one costs only recovery time (logged)."""
-        try:
-            self.checkpoint()
-        except OSError as exc:
-            if not is_disk_full(exc):
-                raise
-            logger.warning("disk full: checkpoint not updated (%s)", exc)
 
     def checkpoint(self) -> None:
         """Sync queues and index and record how far they are consistent with the log.
@@ -312,18 +203,7 @@ class Store:
         Raises:
             StoreFencedError: the store is fenced; nothing is synced or written.
         """
-        with self._checkpoint_lock:
-            if self._group.fenced:
-                # Never: it would fsync again after a failed fsync (ADR 0001).
-                raise StoreFencedError(self._group.fenced)
-            snap = self._dispatcher.snapshot()
-            if snap.log_offset <= self._checkpointed:
-                return
-            if self.config.flush_mode is FlushMode.ASYNC:
-                self.log.sync()  # ASYNC dispatches before the fsync; the checkpoint may not.
-            self._dispatcher.sync()
-            cpfile.save(self.disk, self.data_dir, snap)
-            self._checkpointed = snap.log_offset
+        self._checkpoints.checkpoint()
 
     def close(self) -> None:
         """Clean shutdown: flush, checkpoint, remove the abort marker. Idempotent.
@@ -331,16 +211,13 @@ class Store:
         After a fence nothing more is written and the abort marker stays, so the next open
         recovers from what is really on disk.
         """
-        with self._group.lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._group.stop(flush=True)
+        if not self.writes.close():
+            return
         self._ballast.release()  # the last saves must fit on a full disk
-        if not self._group.fenced:
+        if not self.writes.group.fenced:
             # Skipped on a full disk: the flush above made the log durable, and the previous
             # checkpoint vouches for a prefix; the next open re-dispatches the rest.
-            self._checkpoint_if_room()
+            self._checkpoints.checkpoint_if_room()
             cpfile.mark_closed(self.disk, self.data_dir)
         self._dispatcher.close()
         self.log.close()
@@ -352,14 +229,10 @@ class Store:
     def abandon(self) -> None:
         """Stop at once without flushing, checkpointing or removing the abort marker, as if
         the process had died. For crash tests over a simulated disk."""
-        with self._group.lock:
-            self._closed = True
-            self._group.fence("the store was abandoned")  # wakes waiting writers with an error
-        self._group.stop(flush=False)
+        self.writes.abandon()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError()
+        self.writes.check_open()
 
     # --- Reading. --------------------------------------------------------------------------------
 
@@ -375,7 +248,7 @@ class Store:
     @property
     def fenced(self) -> str:
         """Why the store refuses writes, or "" while it accepts them."""
-        return self._group.fenced
+        return self.writes.group.fenced
 
     def read_at(self, physical_offset: int, *, held: bool = False) -> Record:
         """The record at ``physical_offset``; with ``held``, also one durable but held back
@@ -386,7 +259,7 @@ class Store:
             CorruptRecordError: the bytes there fail verification.
         """
         self._check_open()
-        if physical_offset >= (self._group.durable_end if held else self._dispatcher.end):
+        if physical_offset >= (self.writes.group.durable_end if held else self._dispatcher.end):
             raise OffsetNotFoundError(f"commit-log offset {physical_offset} is not visible")
         return self.log.read(physical_offset)
 
@@ -396,13 +269,13 @@ class Store:
         damaged record is reported in ``health`` and skipped, the scan going on at the next
         record that verifies."""
         self._check_open()
-        end = self._group.durable_end if held else None
+        end = self.writes.group.durable_end if held else None
         return self._reader.scan(from_offset, max_count, end=end)
 
     @property
     def durable_end_offset(self) -> int:
         """Next physical offset after the last durable record, visible or held back."""
-        return self._group.durable_end
+        return self.writes.group.durable_end
 
     def queues(self) -> dict[str, int]:
         """Topic -> number of queue ids seen (highest id + 1)."""
@@ -477,11 +350,7 @@ class Store:
                 budget, now_ms=self.now_ms(), pause_ms=limits.SCRUB_PASS_PAUSE_MS
             )
         if self._scrubber.index_rebuilt:
-            # The checkpoint must count the new file's entries (recovery truncates to them),
-            # even with no record appended since the last one.
-            with self._checkpoint_lock:
-                self._checkpointed = -1
-            self._checkpoint_if_room()
+            self._checkpoints.retake()
         return rebuilt
 
     def rebuild_queue(self, key: tuple[str, int]) -> int:
@@ -492,6 +361,6 @@ class Store:
     # --- Retention. ------------------------------------------------------------------------------
 
     def delete_expired_segments(self, *, keep_from_offset: int) -> int:
-        """See ``retention.delete_expired``."""
+        """See ``retention.Retention.delete_expired``."""
         self._check_open()
-        return delete_expired(self, keep_from_offset)
+        return self._retention.delete_expired(keep_from_offset)
