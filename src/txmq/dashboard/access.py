@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from txmq.dashboard.link import Link
 from txmq.errors import CODE_UNAUTHORIZED, TxmqError
 
 log = logging.getLogger("txmq.dashboard")
+ASK_AGAIN_S = 1.0
 
 
 class BrokerAccess:
@@ -28,6 +30,7 @@ class BrokerAccess:
         self.acl: dict[str, bool] = {}  # member -> it checks keys
         self.stale: set[str] = set()  # seen down since its verdict: ask again
         self._asking = asyncio.Lock()
+        self._asked_at = -ASK_AGAIN_S
 
     def verdict(self) -> bool | None:
         """True: some member checks keys; False: every member known is open; None: unknown."""
@@ -60,12 +63,17 @@ class BrokerAccess:
 
     async def settle(self) -> bool | None:
         """The verdict, asking the members whose verdict is unknown when there is none yet
-        (bounded by the admin call's timeout)."""
+        (bounded by the admin call's timeout; one question at a time, and none within
+        ``ASK_AGAIN_S`` of the last, so a flood of requests while no broker answers waits for
+        no more than one)."""
         if self.verdict() is not None:
             return self.verdict()
         async with self._asking:
+            if self.verdict() is not None or time.monotonic() - self._asked_at < ASK_AGAIN_S:
+                return self.verdict()
             unknown = [m for m in list(self.link.members) if m not in self.acl]
             found = await asyncio.gather(*(self.ask(m) for m in unknown), return_exceptions=True)
+            self._asked_at = time.monotonic()
         for member, answer in zip(unknown, found, strict=True):
             if isinstance(answer, BaseException):
                 log.debug("asked %s whether it checks keys: %s", member, answer)

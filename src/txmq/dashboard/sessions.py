@@ -170,7 +170,7 @@ class Sessions:
 
     @staticmethod
     def form_key_ok(session: Session | None, key: str) -> bool:
-        return session is not None and hmac.compare_digest(session.form_key, key)
+        return session is not None and hmac.compare_digest(session.form_key.encode(), key.encode())
 
 
 class AttemptLimit:

@@ -126,7 +126,9 @@ class Ui:
         context["who"] = creds.access_key if creds is not None else ""
         context["sign_out_key"] = session.form_key if session is not None and creds else ""
         context["broker_open"] = self.access.verdict() is False
-        context["members"] = self.link.members
+        # Not even the brokers' addresses before sign-in, when they check keys.
+        shown = context["signed_in"] or context["broker_open"]
+        context["members"] = self.link.members if shown else []
         member = self.member(request)
         context["member"] = member or ""
         # Appended to form actions and links, so a choice of member survives each step.
