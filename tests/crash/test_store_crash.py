@@ -7,8 +7,10 @@ intact; the whole log verifies (no torn record visible); every batch is all or n
 queue is contiguous and holds exactly the log's records of that queue; the index finds every
 record by id and key. Rounds accumulate in one data directory, so each round also recovers what
 the previous kill left. Then explicit damage to real files: garbage after the tail (a torn
-write) is truncated; a flipped byte in the middle of the log is reported with its offset.
-Replay with TXMQ_SEED.
+write) is truncated; a cut inside the last record drops that record's whole batch and nothing
+else, also when the writer was killed while rolling (the newest file is then an empty segment
+created ahead, not the one holding the last record); a flipped byte in the middle of the log is
+reported with its offset. Replay with TXMQ_SEED.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import pytest
 from tests.conftest import Clock
 from tests.crash.store_child import CONFIG, QUEUES, body_of
 from txmq.errors import CorruptRecordError
+from txmq.format import record as codec
 from txmq.model import Record
+from txmq.store.segment import is_segment_name, segment_name
 from txmq.store.store import Store
 
 CHILD = Path(__file__).with_name("store_child.py")
@@ -129,6 +133,38 @@ def last_segment(data_dir: Path) -> Path:
     return sorted((data_dir / "commitlog").iterdir())[-1]
 
 
+def segment_holding(data_dir: Path, offset: int) -> Path:
+    """The segment file that holds physical ``offset``: the one with the greatest start at or
+    below it. Not simply the newest file: a writer killed while rolling leaves the next segment
+    created ahead, empty, past the last record."""
+    starts = sorted(p for p in (data_dir / "commitlog").iterdir() if is_segment_name(p.name))
+    holding = [p for p in starts if int(p.name) <= offset]
+    assert holding, f"no segment starts at or below offset {offset}"
+    return holding[-1]
+
+
+def leave_a_segment_created_ahead(data_dir: Path, last: Record) -> None:
+    """What a writer killed while rolling leaves: the segment holding ``last`` sealed with the
+    end-of-segment blank, and the next segment created (its space reserved with KEEP_SIZE, so
+    the file is empty) before any record reached it."""
+    size = CONFIG.segment_size_bytes
+    start = last.physical_offset - last.physical_offset % size
+    end = last.physical_offset + last.size - start
+    with (data_dir / "commitlog" / segment_name(start)).open("r+b") as f:
+        f.seek(end)
+        f.write(codec.blank(size - end))
+    (data_dir / "commitlog" / segment_name(start + size)).touch()
+
+
+def batch_of(acks: Acks, message_id: str) -> list[str]:
+    """The ids recovery keeps or drops together with ``message_id``: its batch (all or
+    nothing), or the record alone."""
+    for ids in acks.batches:
+        if message_id in ids:
+            return ids
+    return [message_id]
+
+
 def test_garbage_after_a_killed_tail_is_truncated(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     acks = Acks()
@@ -142,23 +178,31 @@ def test_garbage_after_a_killed_tail_is_truncated(tmp_path: Path, seed: int) -> 
     assert len(log) >= len(acks.records)
 
 
-def test_cut_inside_the_last_record_is_truncated(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize("ahead", [False, True], ids=["killed", "killed-while-rolling"])
+def test_cut_inside_the_last_record_is_truncated(tmp_path: Path, seed: int, ahead: bool) -> None:
     rng = random.Random(seed)
     acks = Acks()
     run_child(tmp_path, 0, rng, acks, min_s=0.2)
     store = Store.open(tmp_path, CONFIG, now_ms=Clock())
-    last = store.scan(0, 10**7)[-1]
+    before = store.scan(0, 10**7)
     store.abandon()
     store.log.close()
-    seg = last_segment(tmp_path)
+    last = before[-1]
+    if ahead:  # the newest file then holds no record: the cut goes to the segment holding last
+        leave_a_segment_created_ahead(tmp_path, last)
+    seg = segment_holding(tmp_path, last.physical_offset)
     cut = last.physical_offset - int(seg.name) + rng.randint(1, last.size - 1)
+    assert 0 < cut < seg.stat().st_size, f"cut {cut} inside {seg.name}"
     with seg.open("r+b") as f:
         f.truncate(cut)
     (tmp_path / "checkpoint.json").unlink()  # as if the last record lay past the checkpoint
-    acks.records.discard(last.message_id)  # we destroyed it ourselves
-    acks.batches = [b for b in acks.batches if last.message_id not in b]
+    # Recovery drops the damaged record's whole batch (all or nothing), and nothing else.
+    damaged = batch_of(acks, last.message_id)
+    acks.records.difference_update(damaged)
     log = verify(tmp_path, acks)
-    assert last.message_id not in log
+    assert not set(damaged) & set(log), f"the damaged batch {damaged} is gone whole"
+    kept = [r.message_id for r in before if r.message_id not in damaged]
+    assert list(log) == kept, "every record outside the damaged batch survives, in order"
 
 
 def test_flipped_byte_mid_log_is_reported_with_its_offset(tmp_path: Path, seed: int) -> None:
