@@ -145,7 +145,7 @@ def _free_port() -> int:
         ({"topic": None}, "option 'topic' is required"),
         ({"topic": "no-such-topic"}, "topic 'no-such-topic' does not exist"),
         ({"startingOffsets": "{bad"}, "must be 'earliest', 'latest' or JSON"),
-        ({"startingOffsets": '{"9": 0}'}, "names queue '9'; the topic has 4"),
+        ({"startingOffsets": '{"9": 0}'}, "names queue '9'; the topic's queues are 0-3"),
         ({"endingOffsets": '{"0": 100000}'}, "must lie within the queue"),
         ({"startingTimestamp": "soon"}, "must be an integer"),
         ({"startingOffset": "earliest"}, "unknown option(s) 'startingoffset'"),

@@ -19,6 +19,7 @@ from tests.conftest import SMALL, Clock
 from txmq.broker.cluster.membership import PeerError
 from txmq.errors import BadRequestError
 from txmq.model import PROP_TRANSACTION_ID, Outcome, Record, RecordDraft, TxnFlag
+from txmq.spark import numbering
 from txmq.spark import options as opt
 from txmq.spark.options import TxmqOptionError
 from txmq.spark.session import java_major
@@ -36,12 +37,39 @@ from txmq.txn.ledger import (
 
 
 def test_parse_spec() -> None:
-    assert opt.parse_spec("earliest", "s", 2, -2) == [-2, -2]
-    assert opt.parse_spec("latest", "s", 2, -2) == [-1, -1]
-    assert opt.parse_spec('{"1": 7}', "s", 3, -1) == [-1, 7, -1]
-    for bad in ("{bad", "[1]", '{"x": 1}', '{"0": -3}', '{"0": true}', '{"5": 1}'):
+    assert opt.parse_spec("earliest", "s", [0, 1], -2) == {0: -2, 1: -2}
+    assert opt.parse_spec("latest", "s", [0, 1], -2) == {0: -1, 1: -1}
+    assert opt.parse_spec('{"1": 7}', "s", [0, 1, 2], -1) == {0: -1, 1: 7, 2: -1}
+    assert opt.parse_spec('{"257": 3}', "s", [0, 1, 256, 257], -2)[257] == 3
+    for bad in ("{bad", "[1]", '{"x": 1}', '{"0": -3}', '{"0": true}', '{"5": 1}', '{"2": 0}'):
         with pytest.raises(TxmqOptionError):
-            opt.parse_spec(bad, "startingOffsets", 3, -2)
+            opt.parse_spec(bad, "startingOffsets", [0, 1, 256], -2)
+    with pytest.raises(TxmqOptionError, match="queues are 0-1, 256"):
+        opt.parse_spec('{"9": 0}', "startingOffsets", [0, 1, 256], -2)
+
+
+def test_numbering_keeps_every_number_when_a_topic_grows() -> None:
+    """Queue q of member m is m * 256 + q; one broker's numbers are its queue ids; a grown
+    topic adds numbers and changes none (4 -> 8 queues on 2 members)."""
+    four, eight = numbering.numbers([4, 4]), numbering.numbers([8, 8])
+    assert four == [0, 1, 2, 3, 256, 257, 258, 259]
+    assert set(four) < set(eight) and numbering.numbers([8]) == list(range(8))
+    assert all(numbering.locate(numbering.number(m, q)) == (m, q) for m in (0, 2) for q in (0, 9))
+    offsets = numbering.encode({0: 5, 256: 7}, 2)
+    assert offsets == {"0": 5, "256": 7, "stride": 256}
+    assert numbering.decode(offsets, 2) == {0: 5, 256: 7}
+    assert numbering.encode({0: 5, 1: 2}, 1) == {"0": 5, "1": 2}
+    assert numbering.decode({"0": 5, "1": 2}, 1) == {0: 5, 1: 2}
+
+
+def test_numbering_reads_offsets_of_the_older_cluster_numbering() -> None:
+    """A cluster checkpoint written before the stride (member after member, no gaps: 2
+    members x 3 queues) means the same queues after it."""
+    older = {"0": 10, "1": 11, "2": 12, "3": 20, "4": 21, "5": 22}
+    assert numbering.decode(older, 2) == {0: 10, 1: 11, 2: 12, 256: 20, 257: 21, 258: 22}
+    for bad in ({"0": 1, "1": 1, "2": 1}, {"0": 1, "2": 1}, {"0": 1, "stride": 4}):
+        with pytest.raises(TxmqOptionError):
+            numbering.decode(bad, 2)
 
 
 def test_options() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from txmq.broker.cluster.membership import copy_definition, define, definition
+from txmq.broker.cluster.membership import copy_definition, define, definition, grown
 from txmq.broker.topics.registry import TopicInfo, TopicRegistry
-from txmq.errors import BadRequestError
+from txmq.errors import BadRequestError, TopicNotFoundError
 from txmq.model import MessageType
 from txmq.store.disk import OsDisk
 
@@ -107,3 +107,32 @@ def test_a_writer_never_holds_a_replaced_definition(tmp_path: Path) -> None:
     writer.join(10)
     replacer.join(10)
     assert got["w"] == (explicit if got["r"] else auto)
+
+
+def test_a_topic_only_grows_and_its_growth_survives_a_restart(tmp_path: Path) -> None:
+    reg = registry(tmp_path)
+    reg.create("orders", 4, MessageType.FIFO)
+    assert reg.grow("orders", 8, dry_run=True) == (4, 8)
+    assert reg.get("orders").queue_count == 4, "a dry run changes nothing"
+    assert reg.grow("orders", 8) == (4, 8)
+    assert reg.grow("orders", 8) == (8, 8), "the same count again is no change"
+    with pytest.raises(BadRequestError, match="only grows"):
+        reg.grow("orders", 4)
+    with pytest.raises(BadRequestError, match="queue count"):
+        reg.grow("orders", 257)
+    with pytest.raises(TopicNotFoundError):
+        reg.grow("nosuch", 8)
+    again = registry(tmp_path).get("orders")
+    assert (again.queue_count, again.message_type) == (8, MessageType.FIFO)
+
+
+def test_a_peers_grown_definition_is_taken_and_no_other_difference_is(tmp_path: Path) -> None:
+    """What a probe imports (membership.grown): the same topic with more queues, never one
+    with fewer, nor one that differs in anything else."""
+    reg = registry(tmp_path)
+    reg.create("orders", 2, MessageType.TRANSACTION)
+    assert grown(reg, {**EXPLICIT, "queues": 4})
+    assert not grown(reg, EXPLICIT)
+    assert not grown(reg, {**EXPLICIT, "queues": 1})
+    assert not grown(reg, {**EXPLICIT, "queues": 4, "type": "normal"})
+    assert not grown(reg, {**EXPLICIT, "name": "other", "queues": 4})

@@ -163,6 +163,41 @@ def topic_describe(name: str, endpoints: str, as_json: bool) -> None:
     )
 
 
+@topic.command("update")
+@click.argument("name")
+@click.option(
+    "--queues",
+    required=True,
+    type=click.IntRange(1, limits.QUEUES_PER_TOPIC_MAX),
+    help="The new number of queues per broker: only growing.",
+)
+@endpoints_option
+@json_option
+def topic_update(name: str, queues: int, endpoints: str, as_json: bool) -> None:
+    """Grow a topic to more queues on every broker (exit 2 if that would shrink it).
+
+    Existing queues keep their messages and offsets; producers and consumers use the new
+    ones at once. A FIFO topic's message groups may move to another queue: see
+    docs/operations.md.
+    """
+    r = call(endpoints, "TopicUpdate", {"name": name, "queues": queues})
+    if as_json:
+        show("", [], [], r, True)
+        return
+    if r["result"] == "unchanged":
+        click.echo(f"topic {name} already has {queues} queues")
+    else:
+        click.echo(f"topic {name}: {r['was']} -> {r['queues']} queues")
+    for member, outcome in sorted(r.get("members", {}).items()):
+        if outcome not in ("grown", "unchanged"):
+            click.echo(f"  member {member}: {outcome}")
+    if r["type"] == "fifo" and r["result"] == "grown":
+        click.echo(
+            "  fifo: some message groups now map to a new queue; their messages sent from now "
+            "on may be received before older ones still waiting in their old queue"
+        )
+
+
 @topic.command("delete")
 @click.argument("name")
 @endpoints_option

@@ -5,16 +5,17 @@ offset specs (``earliest``, ``latest``, JSON per queue) and the admission-contro
 row budget over queues. Must not: talk to the broker (the source resolves "earliest"/"latest"
 with ``txmq.spark.client``) or import pyspark, so it is tested without Spark.
 
-Offsets are JSON objects ``{"<queue id>": <next queue offset to read>, ...}``: exactly what
-Spark keeps in its checkpoint. In a spec, -2 means earliest and -1 latest for that queue (as
-Kafka's connector does); a queue left out starts at earliest and ends at latest.
+Offsets are JSON objects ``{"<queue number>": <next queue offset to read>, ...}``: exactly what
+Spark keeps in its checkpoint (numbers and the cluster form: spark/numbering.py). In a spec, -2
+means earliest and -1 latest for that queue (as Kafka's connector does); a queue left out
+starts at earliest and ends at latest.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -145,15 +146,15 @@ _OPTION_NAMES = (
 )
 
 
-def parse_spec(raw: str, key: str, queues: int, default: int) -> list[int]:
-    """One value per queue: an offset >= 0, EARLIEST or LATEST.
+def parse_spec(raw: str, key: str, queues: Sequence[int], default: int) -> dict[int, int]:
+    """One value per queue number of ``queues``: an offset >= 0, EARLIEST or LATEST.
 
-    Raises TxmqOptionError for anything but 'earliest', 'latest' or a JSON object of queue id
-    -> integer (queue ids must exist).
+    Raises TxmqOptionError for anything but 'earliest', 'latest' or a JSON object of queue
+    number -> integer (the numbers must be the read's: spark/numbering.py).
     """
     spec = raw.strip()
     if spec in ("earliest", "latest"):
-        return [EARLIEST if spec == "earliest" else LATEST] * queues
+        return dict.fromkeys(queues, EARLIEST if spec == "earliest" else LATEST)
     hint = f"option {key!r} must be 'earliest', 'latest' or JSON like {{\"0\": 12}}, got {raw!r}"
     try:
         parsed = json.loads(spec)
@@ -161,18 +162,27 @@ def parse_spec(raw: str, key: str, queues: int, default: int) -> list[int]:
         raise TxmqOptionError(hint) from exc
     if not isinstance(parsed, dict):
         raise TxmqOptionError(hint)
-    out = [default] * queues
+    out = dict.fromkeys(queues, default)
     for q, value in parsed.items():
-        if not str(q).isdigit() or int(q) >= queues:
-            raise TxmqOptionError(f"option {key!r} names queue {q!r}; the topic has {queues}")
+        if not str(q).isdigit() or int(q) not in out:
+            raise TxmqOptionError(
+                f"option {key!r} names queue {q!r}; the topic's queues are {_listed(queues)}"
+            )
         if isinstance(value, bool) or not isinstance(value, int) or value < EARLIEST:
             raise TxmqOptionError(f"option {key!r}: offset of queue {q} must be >= -2")
         out[int(q)] = value
     return out
 
 
-def as_offsets(values: list[int]) -> Offsets:
-    return {str(q): v for q, v in enumerate(values)}
+def _listed(queues: Sequence[int]) -> str:
+    """Queue numbers as a reader takes them in: runs shown as first-last."""
+    runs: list[list[int]] = []
+    for q in sorted(queues):
+        if runs and runs[-1][1] + 1 == q:
+            runs[-1][1] = q
+        else:
+            runs.append([q, q])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def parse_checkpointed(offsets: Mapping[str, object]) -> dict[int, int]:

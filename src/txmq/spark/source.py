@@ -7,7 +7,8 @@ streaming reader. The sink lives in txmq.spark.sink.
 Reads return only committed messages: they pull a topic's consume queues by queue offset with
 the broker's record pull (txmq.data.v1, docs/formats.md), and half or rolled-back messages never
 enter a consume queue. One input partition reads one queue's offset range; on a cluster, every
-queue of every broker (``Source``). Offsets are JSON dicts ``{"<queue>": next offset}``; Spark
+queue of every broker (``Source``), a topic's queues added while a stream runs included.
+Offsets are JSON dicts ``{"<queue number>": next offset}`` (spark/numbering.py); Spark
 writes each micro-batch's end offsets to its checkpoint before running it, and
 ``partitions(start, end)`` is a pure function of them, so a batch re-run after a crash reads
 exactly the same messages, and a file sink with a checkpoint gets exactly-once output.
@@ -18,6 +19,7 @@ Must not: keep a connection on a reader (Spark pickles readers and partitions to
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,6 +53,7 @@ from pyspark.sql.types import (
 from txmq import limits, malloc
 from txmq.errors import IllegalOffsetError, RemoteProtocolError, invariant
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
+from txmq.spark import numbering
 from txmq.spark import options as opt
 from txmq.spark.arrow import SCHEMA_DDL
 from txmq.spark.client import BrokerClient, Pulled
@@ -135,23 +138,22 @@ def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Pulled]:
 class Source:
     """The parsed read options, shared by the batch and the streaming reader.
 
-    On a cluster the topic has ``per_broker`` queues on each of ``members`` (in cluster-file
-    order), and the read numbers them one after the other: queue ``i`` of the read is queue
-    ``i % per_broker`` of member ``i // per_broker``. Offsets in Spark's checkpoint are keyed by
-    that number, so one broker reads exactly as before, and a cluster's numbering is stable as
-    long as its cluster file keeps its members and their order. A member that is a replica
-    group is addressed by all its replicas (``client.group_address``): a read follows the
-    group's failover, from the offset it reached, on the new leader (which holds every offset
-    the old one let a reader see when ``min_insync_replicas`` > 1: ADR 0005's high watermark).
+    On a cluster the topic has queues on each of ``members`` (in cluster-file order),
+    ``counts[m]`` on member ``m``, numbered as spark/numbering.py says: a number keeps its
+    meaning when the topic grows, and on one broker it is the queue id. A cluster's numbering
+    is stable as long as its cluster file keeps its members and their order. A member that is
+    a replica group is addressed by all its replicas (``client.group_address``): a read follows
+    the group's failover, from the offset it reached, on the new leader (which holds every
+    offset the old one let a reader see when ``min_insync_replicas`` > 1: ADR 0005's high
+    watermark).
     """
 
     endpoints: str
     topic: str
-    queues: int
     fail_on_data_loss: bool
     security: ClientSecurity = PLAINTEXT
     members: tuple[str, ...] = ()
-    per_broker: int = 0
+    counts: tuple[int, ...] = ()
 
     @classmethod
     def open(cls, options: Mapping[str, str], schema: StructType | None) -> Source:
@@ -168,56 +170,68 @@ class Source:
         for m in members:
             with BrokerClient(m, security=security) as member:
                 counts.append(member.queue_count(topic))
-        if len(set(counts)) != 1:
-            raise TxmqOptionError(
-                f"topic {topic!r} has different queue counts on the cluster's brokers "
-                f"({dict(zip(members, counts, strict=True))}): recreate it"
-            )
         fail_on_loss = opt.boolean(opts, "failondataloss", True)
-        total = counts[0] * len(members)
-        return cls(endpoints, topic, total, fail_on_loss, security, tuple(members), counts[0])
+        return cls(endpoints, topic, fail_on_loss, security, tuple(members), tuple(counts))
+
+    @property
+    def queues(self) -> list[int]:
+        """The read's queue numbers, member after member."""
+        return numbering.numbers(self.counts)
 
     def client(self, endpoint: str) -> BrokerClient:
         return BrokerClient(endpoint, security=self.security)
 
     def locate(self, queue: int) -> tuple[str, int]:
         """(member endpoint, that member's queue id) of the read's queue number ``queue``."""
-        invariant(0 <= queue < self.queues, "a queue of the read")
-        return self.members[queue // self.per_broker], queue % self.per_broker
+        member, queue_id = numbering.locate(queue)
+        invariant(0 <= member < len(self.members), "a queue of the read")
+        return self.members[member], queue_id
 
-    def ranges(self) -> list[tuple[int, int]]:
-        """Every queue's (first retained, next to be written) offsets, member after member."""
-        out: list[tuple[int, int]] = []
-        for m in self.members:
-            with self.client(m) as broker:
+    def decode(self, offsets: Mapping[str, Any]) -> dict[int, int]:
+        return numbering.decode(offsets, len(self.members))
+
+    def encode(self, values: Mapping[int, int]) -> dict[str, int]:
+        return numbering.encode(values, len(self.members))
+
+    def ranges(self) -> tuple[Source, dict[int, tuple[int, int]]]:
+        """Every queue's (first retained, next to be written) offsets, by number, with this
+        source as the members answered: a topic grown since (``txmq topic update``) has its
+        new queues in both. Fewer queues than planned (the topic was deleted and created
+        again) fail the read."""
+        out: dict[int, tuple[int, int]] = {}
+        counts = []
+        for m, endpoint in enumerate(self.members):
+            with self.client(endpoint) as broker:
                 got = broker.queue_ranges(self.topic)
-            if len(got) != self.per_broker:
+            if len(got) < self.counts[m]:
                 raise RemoteProtocolError(
-                    f"topic {self.topic!r} now has {len(got)} queues on {m}; "
-                    f"the read planned {self.per_broker}"
+                    f"topic {self.topic!r} now has {len(got)} queues on {endpoint}; "
+                    f"the read planned {self.counts[m]}"
                 )
-            out += got
+            counts.append(len(got))
+            out.update((numbering.number(m, q), r) for q, r in enumerate(got))
+        return dataclasses.replace(self, counts=tuple(counts)), out
+
+    def offsets_at(self, timestamp_ms: int) -> dict[int, int]:
+        """Each queue's first offset stored at or after ``timestamp_ms``, by number."""
+        out: dict[int, int] = {}
+        for m, endpoint in enumerate(self.members):
+            with self.client(endpoint) as broker:
+                got = broker.offsets(
+                    self.topic, self.counts[m], "timestamp", timestamp_ms=timestamp_ms
+                )
+            out.update((numbering.number(m, q), v) for q, v in enumerate(got))
         return out
 
-    def offsets_at(self, timestamp_ms: int) -> list[int]:
-        """Each queue's first offset stored at or after ``timestamp_ms``, member after member."""
-        out: list[int] = []
-        for m in self.members:
-            with self.client(m) as broker:
-                out += broker.offsets(
-                    self.topic, self.per_broker, "timestamp", timestamp_ms=timestamp_ms
-                )
-        return out
-
-    def resolve(self, values: list[int]) -> list[int]:
+    def resolve(self, values: Mapping[int, int]) -> dict[int, int]:
         """Replace EARLIEST/LATEST markers by the queues' current offsets."""
-        if EARLIEST not in values and LATEST not in values:
-            return list(values)
-        ranges = self.ranges()
-        return [
-            lo if v == EARLIEST else hi if v == LATEST else v
-            for v, (lo, hi) in zip(values, ranges, strict=True)
-        ]
+        if EARLIEST not in values.values() and LATEST not in values.values():
+            return dict(values)
+        ranges = self.ranges()[1]
+        return {
+            q: ranges[q][0] if v == EARLIEST else ranges[q][1] if v == LATEST else v
+            for q, v in values.items()
+        }
 
     def partitions(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[TxmqPartition]:
         """One partition per queue with messages in range, on the member that owns it."""
@@ -270,28 +284,28 @@ class TxmqBatchReader(DataSourceReader):
         by_time = "startingtimestamp" in opts or "endingtimestamp" in opts
         if by_time and ("startingoffsets" in opts or "endingoffsets" in opts):
             raise TxmqOptionError("set offsets or timestamps for a txmq read, not both")
-        src, n = self.source, self.source.queues
+        src, numbers = self.source, self.source.queues
         if by_time:
             start = self._at(opt.positive_int(opts, "startingtimestamp"), EARLIEST)
             end = self._at(opt.positive_int(opts, "endingtimestamp"), LATEST)
         else:
             raw_start = opts.get("startingoffsets", "earliest")
             raw_end = opts.get("endingoffsets", "latest")
-            start = src.resolve(opt.parse_spec(raw_start, "startingOffsets", n, -2))
-            end = src.resolve(opt.parse_spec(raw_end, "endingOffsets", n, -1))
-        latest = src.resolve([LATEST] * n)
-        for q in range(n):
+            start = src.resolve(opt.parse_spec(raw_start, "startingOffsets", numbers, -2))
+            end = src.resolve(opt.parse_spec(raw_end, "endingOffsets", numbers, -1))
+        latest = src.resolve(dict.fromkeys(numbers, LATEST))
+        for q in numbers:
             if not start[q] <= end[q] <= latest[q]:
                 raise TxmqOptionError(
                     f"queue {q} of topic {src.topic!r}: the range [{start[q]}, {end[q]}) must "
                     f"lie within the queue, which ends at {latest[q]}"
                 )
-        self.start, self.end = dict(enumerate(start)), dict(enumerate(end))
+        self.start, self.end = start, end
 
-    def _at(self, timestamp_ms: int | None, default: int) -> list[int]:
+    def _at(self, timestamp_ms: int | None, default: int) -> dict[int, int]:
         src = self.source
         if timestamp_ms is None:
-            return src.resolve([default] * src.queues)
+            return src.resolve(dict.fromkeys(src.queues, default))
         return src.offsets_at(timestamp_ms)
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -325,13 +339,15 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.cap: dict[int, int] | None = None  # the AvailableNow target
 
     def _latest(self) -> dict[int, int]:
+        """Each queue's end; a queue the topic gained since the last look (``txmq topic
+        update``) is in it, and reads from its start (the offsets Spark has lack it)."""
         if self.cap is not None:
             return dict(self.cap)
-        src = self.source
-        return dict(enumerate(src.resolve([LATEST] * src.queues)))
+        self.source, ranges = self.source.ranges()
+        return {q: hi for q, (_lo, hi) in ranges.items()}
 
     def initialOffset(self) -> dict[str, int]:
-        return opt.as_offsets(self.source.resolve(self.starting))
+        return self.source.encode(self.source.resolve(self.starting))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.cap = None
@@ -343,7 +359,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_rows)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
-        begin = opt.parse_checkpointed(start)
+        begin = self.source.decode(start)
         latest = {q: max(v, begin.get(q, 0)) for q, v in self._latest().items()}
         if isinstance(limit, ReadMaxRows):
             end = opt.admit(begin, latest, int(limit.max_rows))
@@ -352,13 +368,13 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = latest if backlog >= int(limit.min_rows) else {**latest, **begin}
         else:  # ReadAllAvailable; byte and file limits do not apply to a message queue
             end = latest
-        return {str(q): v for q, v in sorted(end.items())}
+        return self.source.encode(end)
 
     def reportLatestOffset(self) -> dict[str, int]:
-        return {str(q): v for q, v in sorted(self._latest().items())}
+        return self.source.encode(self._latest())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return self.source.partitions(opt.parse_checkpointed(start), opt.parse_checkpointed(end))
+        return self.source.partitions(self.source.decode(start), self.source.decode(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         invariant(isinstance(partition, TxmqPartition), "txmq reads only its own partitions")

@@ -2,8 +2,9 @@
 
 Owns: ClusterInfo (the cluster's name, this member, every member with its liveness as this
 member sees it), TopicDefinitions (what peers import, also their probe) and BrokerStatus (this
-member's disk and queues, for ``txmq cluster status``), and the forwarding halves of TopicCreate
-and TopicDelete (what a peer does with a create or delete another member forwarded).
+member's disk and queues, for ``txmq cluster status``), TopicUpdate (growing a topic's queues on
+every member), and the forwarding halves of TopicCreate, TopicUpdate and TopicDelete (what a
+peer does with a create, growth or delete another member forwarded).
 Must not: decide the agreement rule (membership.py; docs/adr/0004-cluster-topic-definitions.md).
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 from txmq.broker.cluster.membership import Membership, define, definition
 from txmq.broker.state.parts import Parts
 from txmq.broker.topics.registry import TopicInfo
-from txmq.errors import TopicNotFoundError
+from txmq.errors import BadRequestError, TopicNotFoundError
 from txmq.model import MessageType
 
 
@@ -112,3 +113,50 @@ def delete_topic(parts: Parts, membership: Membership, a: dict[str, Any]) -> dic
     membership.tombstone(name)
     parts.topics.delete(name)
     return {"members": members}
+
+
+def update_topic(parts: Parts, membership: Membership, a: dict[str, Any]) -> dict[str, Any]:
+    """TopicUpdate {name, queues, dry_run?}: grow a topic to ``queues`` queues per member.
+
+    From an operator: checked here and on every peer first (each must answer and accept, or
+    nothing changes anywhere), then grown here and forwarded. A peer that fails between its
+    check and the growth is named in ``members``; it takes the larger definition from this
+    member at its next probe (membership.grown), so the cluster converges either way.
+    From a peer (``forwarded``): checked or grown here only.
+    """
+    name = str(a["name"])
+    queues = _queue_count(a.get("queues"))
+    dry_run = bool(a.get("dry_run", False))
+    info = parts.topics.get(name)
+    was = parts.topics.grow(name, queues, dry_run=True)[0]
+    if a.get("forwarded"):
+        parts.topics.grow(name, queues, dry_run=dry_run)
+        return {"name": name, "was": was, "queues": queues}
+    if membership.peers:
+        membership.on_every_peer(
+            "TopicUpdate", {"name": name, "queues": queues, "forwarded": True, "dry_run": True}
+        )
+    members: dict[str, str] = {}
+    if not dry_run:
+        parts.topics.grow(name, queues)
+        members[membership.group.name] = "grown" if queues > was else "unchanged"
+        forwarded = {"name": name, "queues": queues, "forwarded": True}
+        for peer, got in membership.on_peers("TopicUpdate", forwarded).items():
+            if isinstance(got, str):
+                members[peer] = f"{got} (it takes the new count at its next probe)"
+            else:
+                members[peer] = "grown" if int(got["was"]) < queues else "unchanged"
+    return {
+        "name": name,
+        "type": info.message_type.value,
+        "was": was,
+        "queues": queues,
+        "result": "unchanged" if queues == was else "planned" if dry_run else "grown",
+        "members": members,
+    }
+
+
+def _queue_count(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise BadRequestError(f"queues must be an integer, got {raw!r}")
+    return raw

@@ -7,12 +7,13 @@ returns ``{"ok": true, ...}`` or ``{"ok": false, "code": <RocketMQ status code>,
 the client is txmq/client/admin.py.
 
 Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
+TopicUpdate {name, queues, dry_run?} (grows a topic on every member: admin/cluster.py),
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
 broker/admin/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
 MessageFind {key, topic?, max?}; the dashboard's read-only views (admin_views.py): Status,
-GroupDetail, TxnMessage, TopicMessages; for clusters (cluster_admin.py) ClusterInfo,
-TopicDefinitions, BrokerStatus, and TopicCreate/TopicDelete take ``forwarded: true`` when a peer
-forwards them.
+GroupDetail, TxnMessage, TopicMessages; for clusters (admin/cluster.py) ClusterInfo,
+TopicDefinitions, BrokerStatus, and TopicCreate/TopicUpdate/TopicDelete take ``forwarded: true``
+when a peer forwards them.
 
 Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
 calls ``server.add_generic_rpc_handlers``. Every method runs through ``servicer.run`` (the
@@ -33,7 +34,7 @@ import grpc
 
 from txmq import limits
 from txmq.broker.admin import listing
-from txmq.broker.admin.cluster import cluster_methods, create_topic, delete_topic
+from txmq.broker.admin.cluster import cluster_methods, create_topic, delete_topic, update_topic
 from txmq.broker.admin.views import view_methods
 from txmq.broker.cluster.membership import Membership
 from txmq.broker.rpc.json_channel import refusal
@@ -84,6 +85,7 @@ class AdminMethods:
             "TopicCreate": self.topic_create,
             "TopicDescribe": self.topic_describe,
             "TopicDelete": self.topic_delete,
+            "TopicUpdate": self.topic_update,
             "GroupList": self.group_list,
             "TxnList": self.txn_list,
             "TxnShow": self.txn_show,
@@ -123,6 +125,9 @@ class AdminMethods:
 
     def topic_delete(self, a: dict[str, Any]) -> Any:
         return delete_topic(self.parts, self.membership, a)
+
+    def topic_update(self, a: dict[str, Any]) -> Any:
+        return update_topic(self.parts, self.membership, a)
 
     def group_list(self, a: dict[str, Any]) -> Any:
         lags = (g.as_json() for g in self.parts.lag.lags())

@@ -4,8 +4,9 @@ whether it answers, and keeping topic definitions the same on every group.
 Owns: the groups (from the cluster file, or this broker alone), where each group is served now
 (its one replica; or, for a cluster led through etcd, the leader etcd names: ``leader_of``),
 liveness from periodic probes, the one decision of which endpoints a group advertises in routes
-(``advertised``), forwarding an operator's topic create and delete to every peer group's leader,
-importing the topic definitions a peer has and this broker lacks, and the tombstones that keep a
+(``advertised``), forwarding an operator's topic create, growth and delete and a consumer group's
+reset to every peer group's leader, importing the topic definitions a peer has and this broker
+lacks (or has with fewer queues), and the tombstones that keep a
 deleted topic from coming back. The rule, and why there is no consensus protocol:
 docs/adr/0004-cluster-topic-definitions.md. A follower replica holds a Membership for its routes
 only: it neither probes nor forwards (its topics come from its leader, ADR 0005).
@@ -120,6 +121,19 @@ def define(topics: TopicRegistry, d: dict[str, Any]) -> str:
     if not same_topic(definition(info), want):  # created by another thread meanwhile
         raise BadRequestError(f"topic {name!r} exists with another definition: {definition(info)}")
     return "created"
+
+
+def grown(topics: TopicRegistry, d: dict[str, Any]) -> bool:
+    """A peer's definition of a topic this member has, the same but with more queues: the
+    operator grew it (``txmq topic update``) and this member has not yet. Growing is the one
+    change two definitions agree on without an operator: queues keep their ids and offsets,
+    so the larger count is the union of both."""
+    try:
+        here = definition(topics.get(str(d.get("name", ""))))
+    except TopicNotFoundError:
+        return False
+    more = int(d.get("queues", 0)) > here["queues"]
+    return more and same_topic(here, {**d, "all": bool(d.get("all")), "queues": here["queues"]})
 
 
 def _replaces(topics: TopicRegistry, d: dict[str, Any]) -> bool:
@@ -339,9 +353,16 @@ class Membership:
         now = self.now_ms()
         for d in defs[: limits.CLUSTER_RECONCILE_TOPICS_MAX]:
             name = str(d.get("name", ""))
-            if self.is_tombstoned(name, now) or (topics.exists(name) and not _replaces(topics, d)):
+            if self.is_tombstoned(name, now):
                 continue
             try:
+                if grown(topics, d):
+                    was, now_queues = topics.grow(name, int(d["queues"]))
+                    log.info("topic %s grown from %d to %d queues, as on cluster peer %s",
+                             name, was, now_queues, peer)  # fmt: skip
+                    continue
+                if topics.exists(name) and not _replaces(topics, d):
+                    continue
                 if define(topics, d) == "created":
                     log.info("topic %s imported from cluster peer %s: %s", name, peer, d)
             except (TxmqError, KeyError, ValueError) as exc:
@@ -370,6 +391,28 @@ class Membership:
         for name, got in replies.items():
             out[name] = got if isinstance(got, str) else str(got.get("result", "created"))
         return out
+
+    def on_every_peer(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """``method`` on every peer group's leader, each of which must answer and accept it:
+        group name -> its reply. For the first, checking half of a change every member must
+        take (a topic's growth, a consumer group's reset) before any member makes it.
+
+        Raises:
+            PeerError: a peer is unreachable or refused, naming each and why.
+        """
+        replies = self._fan_out(method, args)
+        bad = {n: r for n, r in replies.items() if isinstance(r, str)}
+        if bad:
+            raise PeerError(
+                "not every cluster member can take it: "
+                + "; ".join(f"{n}: {r}" for n, r in sorted(bad.items()))
+            )
+        return {n: r for n, r in replies.items() if not isinstance(r, str)}
+
+    def on_peers(self, method: str, args: dict[str, Any]) -> dict[str, dict[str, Any] | str]:
+        """``method`` on every peer group's leader at once: group name -> its reply, or why
+        it failed (as a sentence)."""
+        return self._fan_out(method, args)
 
     def spread_delete(self, name: str) -> dict[str, str]:
         """Forward a delete to every peer; refused unless every peer answers a probe first,

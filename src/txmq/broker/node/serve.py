@@ -274,6 +274,12 @@ def _open_parts(config: BrokerConfig, leadership: Leadership | None) -> Parts:
     election renews its lease while the store recovers: under load that takes seconds, longer
     than the lease, ADR 0005)."""
     parts = Parts(config, visible_end=visible_end(config, leadership))
+    if leadership is not None:
+        try:
+            parts.grow_topics_to_log()
+        except BaseException:
+            parts.close()
+            raise
     got = parts.store.recovery
     if got.held_count:
         log.info(

@@ -148,6 +148,16 @@ class Parts:
             body_size_max=config.store.body_size_max,
         )
 
+    def grow_topics_to_log(self) -> None:
+        """Give each topic at least the queues its log holds records in. For a replica group's
+        leader (node/serve.py): one promoted before it copied its old leader's growth of a
+        topic (``txmq topic update``, copied within REPLICA_TOPICS_PERIOD_MS) takes the count
+        from the records the old leader wrote to the new queues, which would otherwise be out
+        of every receive and route."""
+        for name, seen in self.store.queues().items():
+            if self.topics.exists(name) and seen > self.topics.get(name).queue_count:
+                self.topics.grow(name, seen)
+
     def close(self) -> None:
         """Save every part's state, then close the store (flush + checkpoint) last.
 

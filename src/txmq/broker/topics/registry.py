@@ -1,7 +1,7 @@
 """Topic registry: names, queue counts and message types, persisted in ``topics.json``.
 
-Owns: creating, auto-creating, listing and deleting topics. Writes are atomic (temp file, fsync,
-rename) so a crash leaves the old or the new registry, never half of one.
+Owns: creating, auto-creating, listing, growing and deleting topics. Writes are atomic (temp
+file, fsync, rename) so a crash leaves the old or the new registry, never half of one.
 Must not: touch messages; deleting a topic only removes it from routing (its records age out of
 the commit log through retention).
 """
@@ -203,6 +203,35 @@ class TopicRegistry:
                 self._unwritten.add(name)
             self._save()
             return info
+
+    def grow(self, name: str, queue_count: int, *, dry_run: bool = False) -> tuple[int, int]:
+        """Give topic ``name`` ``queue_count`` queues; (old count, new count). Only growing:
+        queues keep their ids and offsets, the new ones start empty. The same count again
+        changes nothing; ``dry_run`` checks without changing.
+
+        Raises:
+            TopicNotFoundError: no such topic.
+            BadRequestError: fewer queues than it has (a queue holding messages cannot go), or
+                a count out of 1..QUEUES_PER_TOPIC_MAX.
+        """
+        _check(name, queue_count)
+        with self._lock:
+            old = self._topics.get(name)
+            if old is None:
+                raise TopicNotFoundError(name)
+            if queue_count < old.queue_count:
+                raise BadRequestError(
+                    f"topic {name!r} has {old.queue_count} queues: a topic only grows "
+                    f"(asked for {queue_count})"
+                )
+            if queue_count > old.queue_count and not dry_run:
+                self._topics[name] = TopicInfo(name, queue_count, old.message_type, old.accepts_all)
+                try:
+                    self._save()
+                except BaseException:
+                    self._topics[name] = old  # not on disk: not in effect either
+                    raise
+            return old.queue_count, queue_count
 
     def delete(self, name: str) -> None:
         with self._lock:
