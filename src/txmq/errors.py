@@ -226,8 +226,10 @@ class TransactionConflictError(TransactionError):
     code = CODE_PRECONDITION_FAILED
 
     def __init__(self, transaction_id: str, existing: str, requested: str) -> None:
+        # ``existing`` and ``requested`` are outcome values ("rolled_back"): said as words.
         super().__init__(
-            f"transaction {transaction_id!r} is already {existing}; {requested} refused"
+            f"transaction {transaction_id!r} is already {existing.replace('_', ' ')}; it"
+            f" cannot be {requested.replace('_', ' ')} too"
         )
         self.transaction_id = transaction_id
         self.existing = existing

@@ -4,7 +4,9 @@ Exit codes scripts can rely on:
   0  ok
   1  the operation failed (the broker refused it, a store check found problems, the demo was
      inconsistent)
-  2  bad input: usage errors, bad configuration, unknown topic / transaction / message id
+  2  bad input: usage errors, bad configuration, unknown topic / transaction / message id, a
+     message the broker refuses as malformed (a 400xx status: a message type the topic does not
+     take, an illegal key or tag) or too large (413xx)
   3  the broker is unreachable
   130  interrupted (Ctrl-C)
 
@@ -25,8 +27,19 @@ from txmq.errors import (
     BadRequestError,
     BrokerUnavailableError,
     ConfigError,
+    MessageBodyTooLargeError,
+    MessagePropertiesTooLargeError,
     NotFoundError,
     TxmqError,
+)
+
+# Errors that mean the input was wrong: retrying the same command cannot succeed.
+_BAD_INPUT = (
+    ConfigError,
+    NotFoundError,
+    BadRequestError,
+    MessageBodyTooLargeError,
+    MessagePropertiesTooLargeError,
 )
 
 EXIT_OK = 0
@@ -50,7 +63,7 @@ class CliError(click.ClickException):
 def exit_code_for(exc: TxmqError) -> int:
     if isinstance(exc, BrokerUnavailableError):
         return EXIT_UNREACHABLE
-    if isinstance(exc, ConfigError | NotFoundError | BadRequestError):
+    if isinstance(exc, _BAD_INPUT):
         return EXIT_USAGE
     return EXIT_FAILED
 

@@ -15,7 +15,7 @@ from tests.integration.conftest import ROOT, BrokerProcess
 
 
 def txmq(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200", **(env or {}))
+    full = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "txmq.cli", *args],
         capture_output=True,

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 from tests.cli.test_cli import ok, txmq
-from tests.integration.conftest import ROOT, wait_until
+from tests.cli.test_narrow_tables import assert_whole, narrow
+from tests.integration.conftest import ROOT, BrokerProcess, wait_until
 from tests.integration.test_cluster import free_ports
 from txmq.coordination.cluster_file import load
 
@@ -114,3 +115,50 @@ def test_demo_on_a_two_broker_cluster_is_consistent(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "starting an embedded cluster of 2 brokers" in r.stdout
     assert "CONSISTENT" in r.stdout and "INCONSISTENT" not in r.stdout
+
+
+def test_a_member_down_exits_1_in_status_and_at_the_stop(tmp_path: Path) -> None:
+    """The exit codes `cluster status` and `cluster up` document: status answers 1 while a
+    member is down (its table, at 80 columns, shows it DOWN with every name and endpoint whole);
+    `cluster up` exits 1 at SIGTERM when one of its brokers died before."""
+    port = _two_free_ports()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", "2",
+           "--data-dir", str(tmp_path / "c"), "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    endpoints = [f"127.0.0.1:{port + i}" for i in range(2)]
+    try:
+        assert len(_lines(proc, 2, 60)) == 2, proc.stderr.read() if proc.poll() else ""
+        ep = ["--endpoints", endpoints[0]]
+        assert_whole(narrow("cluster", "status", *ep), ["broker-0", "broker-1", *endpoints])
+        # The lock file of a running broker holds its process id.
+        pid = int((tmp_path / "c" / "broker-1" / "broker.lock").read_text())
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: txmq("cluster", "status", *ep).returncode == 1, 15, "broker-1 seen down")
+        down = txmq("cluster", "status", *ep, env={"COLUMNS": "80"})
+        assert down.returncode == 1 and "…" not in down.stdout
+        assert_whole(down.stdout, ["broker-1", endpoints[1], "DOWN"])
+        members = json.loads(txmq("cluster", "status", "--json", *ep).stdout)["members"]
+        assert [(m["name"], m["up"]) for m in members] == [("broker-0", True), ("broker-1", False)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert code == 1, stderr
+    assert "txmq: broker broker-1 exited with code -9" in stderr
+
+
+def test_cluster_up_refuses_a_single_brokers_data_directory(broker: BrokerProcess) -> None:
+    """A directory holding one broker's store: `cluster up` there would serve none of its
+    topics (its brokers live in broker-<i>/ beside it), so it refuses in one line, exit 2,
+    and creates nothing."""
+    ok("topic", "create", "orders", "--endpoints", broker.endpoints)
+    broker.stop()
+    single = broker.data_dir
+    before = sorted(p.name for p in single.iterdir())
+    r = txmq("cluster", "up", "--data-dir", str(single))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("txmq: "), r.stderr
+    assert "single broker's data" in lines[0] and str(single) in lines[0]
+    assert sorted(p.name for p in single.iterdir()) == before

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.cli.test_cli import ok, txmq
 from tests.cli.test_cluster_cli import _lines, _two_free_ports
+from tests.cli.test_narrow_tables import assert_whole, narrow
 from tests.integration.conftest import ROOT, wait_until
 from tests.integration.etcd_fixtures import ensure_etcd
 
@@ -81,17 +82,19 @@ def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
             return moved and all(len(e) == 1 for e in ends.values())
 
         wait_until(caught_up, 10, "each follower at its leader's end")
-        table = ok("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
+        # At 80 columns every group, replica and endpoint is there whole.
+        table = narrow("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
         assert "leader" in table and "follower" in table and "in sync" in table
-        assert "group-1" in table
-        # Each group's first replica is its preferred one (broker/leadership/preferred.py), said by
-        # every
-        # replica of the group.
+        assert_whole(table, ["group-0", "group-1", *(str(r["name"]) for r in rows)])
+        assert_whole(table, [str(r["endpoint"]) for r in rows])
+        # Each group's first replica is its preferred one (broker/leadership/preferred.py), said
+        # by every replica of the group.
         assert {(r["name"], r.get("preferred")) for r in _replicas(port)} == {
             ("replica-0", "replica-0"), ("replica-1", "replica-0"),
             ("replica-2", "replica-2"), ("replica-3", "replica-2"),
         }  # fmt: skip
-        assert "preferred" in table, table
+        wide = ok("cluster", "status", "--wide", "--endpoints", f"127.0.0.1:{port}")
+        assert "preferred" in wide and "epoch" in wide, wide
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)

@@ -8,6 +8,7 @@ one ``txmq: ...`` line on stderr.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -289,3 +290,74 @@ def test_demo_explains_a_missing_java(monkeypatch: pytest.MonkeyPatch, tmp_path:
     old.chmod(0o755)
     reason = spark_skip_reason()
     assert reason is not None and "Java 11" in reason and "17+" in reason
+
+
+# --- help texts and option names -----------------------------------------------------------
+
+
+def help_text(*path: str) -> str:
+    """A command's help, its lines joined: a phrase is found wherever click wrapped it."""
+    return " ".join(run(*path, "--help").stdout.split())
+
+
+def test_help_states_the_exit_codes_that_differ() -> None:
+    """Commands whose exit codes go past "0 ok, 1 failed, 2 bad input, 3 unreachable" say so."""
+    status = help_text("cluster", "status")
+    assert "Exit codes: 0 every member answered 1 a member is down" in status
+    up = help_text("cluster", "up")
+    assert "Exit codes:" in up and "or one exited on its own before the stop" in up
+    assert "2 bad input (an option, DIR holding a single broker's data)" in up
+    assert "Exit code 1 when a problem is found" in help_text("store", "verify")
+    assert "Exit code 1 when a record is damaged" in help_text("store", "status")
+    assert "contradicting an earlier one fails (exit 1)" in help_text("txn", "resolve")
+
+
+def test_store_verify_help_says_it_is_offline() -> None:
+    text = help_text("store", "verify")
+    assert "Offline: reads the data directory itself, no broker is asked" in text
+    assert "broker's answer" not in text
+
+
+def test_message_key_does_not_sit_beside_key_file() -> None:
+    """A message key is --message-key; --key-file is the TLS key. The old --key still works
+    (hidden) for scripts that used it."""
+    for cmd in (["send"], ["message", "find"]):
+        text = help_text(*cmd)
+        assert "--message-key" in text and "--key-file" in text
+        assert not re.search(r"--key\b(?!-)", text), text
+    assert "--message-key" in one_line_error(run("message", "find"), EXIT_USAGE)
+
+
+def test_every_endpoints_option_names_one_separator() -> None:
+    for path in all_command_paths(cli):
+        cmd = cli
+        for name in path:
+            cmd = cmd.commands[name]  # type: ignore[attr-defined]
+        for p in cmd.params:
+            if p.name == "endpoints" and path != ("dashboard",):
+                text = " ".join((getattr(p, "help", "") or "").split())
+                assert "comma-separated" not in text, path
+                assert "HOST:P1;HOST:P2" in text or p.envvar is None, (path, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "secret_key = '0123456789abc'",
+            "users[0].secret_key: too short: 13 characters, at least 16",
+        ),
+        (
+            f"secret_key = '{'s' * 300}'",
+            "users[0].secret_key: too long: 300 characters, at most 256",
+        ),
+        ("secret_key = 16", "users[0].secret_key: expected a string, got an integer"),
+        ("", "users[0].secret_key: required (a string of 16..256 characters)"),
+    ],
+)
+def test_an_acl_file_says_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
+    acl = tmp_path / "acl.toml"
+    acl.write_text(f"[[users]]\naccess_key = 'orders-app'\n{text}\n")
+    acl.chmod(0o600)
+    r = run("broker", "--data-dir", str(tmp_path / "d"), "--acl-file", str(acl), "--port", "0")
+    assert f"{acl}: {message}" in one_line_error(r, EXIT_USAGE)

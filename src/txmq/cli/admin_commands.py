@@ -1,58 +1,47 @@
 """Admin commands of ``txmq``: topic, group, txn and message, over the broker's admin channel.
 
-Owns: their arguments, help texts and output: a rich table for people, or ``--json`` (the
-broker's answer as JSON, stable field names) for scripts, since tables wrap and truncate to the
-terminal's width. Errors become exit codes in main.py.
+Owns: their arguments, help texts and output: a table for people (tables.py: nothing elided,
+the columns past 80 under ``--wide``), or ``--json`` (the broker's answer as JSON, stable field
+names) for scripts. Errors become exit codes in main.py.
 Must not: talk the RocketMQ protocol (commands.py does, with the official client).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from txmq import limits
 from txmq.broker.config.broker_config import BrokerConfig
+from txmq.cli.tables import Col, json_option, show, wide_option, yes_no
 from txmq.client.admin import call, call_pages, cluster_call, members
 from txmq.client.security import F, security_options
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
-console = Console()
+
+def _semicolons(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``HOST:P1;HOST:P2`` as the official clients write several addresses; commas are taken
+    for semicolons, so both forms work wherever a command takes ``--endpoints``."""
+    return ";".join(e.strip() for e in value.replace(",", ";").split(";") if e.strip())
+
+
 _endpoints = click.option(
     "--endpoints",
     envvar="TXMQ_ENDPOINTS",
     default=f"{BrokerConfig.host}:{BrokerConfig.port}",
     show_default=True,
-    help="Broker address HOST:PORT, or several HOST:P1;HOST:P2 (env TXMQ_ENDPOINTS).",
+    callback=_semicolons,
+    help="Broker address HOST:PORT, or several: HOST:P1;HOST:P2 (or HOST:P1,HOST:P2; env"
+    " TXMQ_ENDPOINTS).",
 )
 
 
 def endpoints_option(fn: F) -> F:
     """``--endpoints`` and the security options (client/security.py) of a client command."""
     return security_options(_endpoints(fn))
-
-
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print the broker's answer as JSON (for scripts)."
-)
-
-
-def show(title: str, columns: list[str], rows: list[list[Any]], data: Any, as_json: bool) -> None:
-    if as_json:
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if k != "ok"}
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
-        return
-    t = Table(title=title)
-    for c in columns:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*(str(x) for x in r))
-    console.print(t)
 
 
 def each_member(
@@ -140,7 +129,9 @@ def topic_list(endpoints: str, as_json: bool) -> None:
     for t in r["topics"]:
         t["messages"] = per_topic.get(t["name"], t["messages"])
     rows = [[t["name"], t["type"], t["queues"], t["messages"]] for t in r["topics"]]
-    show("topics", ["name", "type", "queues", "messages"], rows, r, as_json)
+    cols = [Col("name", ident=True), Col("type")]
+    cols += [Col("queues", justify="right"), Col("messages", justify="right")]
+    show("topics", cols, rows, r, as_json)
 
 
 @topic.command("describe")
@@ -154,13 +145,9 @@ def topic_describe(name: str, endpoints: str, as_json: bool) -> None:
     r["queues"] = [{**q, "broker": b} for b, got in found for q in got["queues"]]
     r["brokers"] = [b for b, _ in found]
     rows = [[q["broker"], q["queue"], q["min"], q["max"], q["max"] - q["min"]] for q in r["queues"]]
-    show(
-        f"{r['name']} ({r['type']})",
-        ["broker", "queue", "min offset", "max offset", "messages"],
-        rows,
-        r,
-        as_json,
-    )
+    cols = [Col("broker", ident=True), Col("queue", justify="right")]
+    cols += [Col(c, justify="right") for c in ("min offset", "max offset", "messages")]
+    show(f"{r['name']} ({r['type']})", cols, rows, r, as_json)
 
 
 @topic.command("update")
@@ -213,29 +200,63 @@ def group() -> None:
 
 
 @group.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Throwaway groups of `txmq consume` too.")
 @endpoints_option
 @json_option
-def group_list(endpoints: str, as_json: bool) -> None:
-    """List consumer groups with total lag and messages in flight (all brokers)."""
-    r = {"groups": list(_groups(endpoints).values())}
-    rows = [[g["group"], g["lag"], g["inflight"]] for g in r["groups"]]
-    show("consumer groups", ["group", "lag", "in flight"], rows, r, as_json)
+def group_list(show_all: bool, endpoints: str, as_json: bool) -> None:
+    """List consumer groups with total lag and messages in flight (all brokers).
+
+    The table leaves out the throwaway groups `txmq consume` and `txmq tail` read with when
+    given no --group (txmq-cli-<8 hex digits>) unless --all; --json lists every group, each
+    with "throwaway" true or false.
+    """
+    found = _groups(endpoints).values()
+    r = {"groups": [{**g, "throwaway": is_throwaway(g["group"])} for g in found]}
+    listed = [g for g in r["groups"] if show_all or not g["throwaway"]]
+    rows = [[g["group"], g["lag"], g["inflight"]] for g in listed]
+    cols = [
+        Col("group", ident=True),
+        Col("lag", justify="right"),
+        Col("in flight", justify="right"),
+    ]
+    show("consumer groups", cols, rows, r, as_json)
+    hidden = len(r["groups"]) - len(listed)
+    if hidden and not as_json:
+        groups = "group" if hidden == 1 else "groups"
+        click.echo(f"({hidden} throwaway {groups} of `txmq consume` not shown: --all shows them)")
 
 
 @group.command("describe")
 @click.argument("name")
 @endpoints_option
 @json_option
-def group_describe(name: str, endpoints: str, as_json: bool) -> None:
-    """Show a group's lag: summed, per broker, and per topic queue."""
+@wide_option
+def group_describe(name: str, endpoints: str, as_json: bool, wide: bool) -> None:
+    """Show a group's lag: summed, per broker, and per topic queue (--wide: the acked and
+    last offsets too)."""
     g = _groups(endpoints).get(name)
     if g is None:
         raise NotFoundError(f"consumer group {name!r} has no positions on any broker")
-    cols = ["broker", "topic", "queue", "acked to", "max", "lag", "in flight"]
+    cols = [Col("broker", ident=True), Col("topic", ident=True), Col("queue", justify="right")]
+    cols += [Col("acked to", wide=True, justify="right"), Col("max", wide=True, justify="right")]
+    cols += [Col("lag", justify="right"), Col("in flight", justify="right")]
     keys = ["broker", "topic", "queue", "acked_to", "max", "lag", "inflight"]
     rows = [[q[k] for k in keys] for q in g["queues"]]
     per_broker = ", ".join(f"{b['broker']} {b['lag']}" for b in g["brokers"])
-    show(f"group {name}: lag {g['lag']} ({per_broker})", cols, rows, g, as_json)
+    show(f"group {name}: lag {g['lag']} ({per_broker})", cols, rows, g, as_json, wide)
+
+
+THROWAWAY_GROUP_PREFIX = "txmq-cli-"
+
+
+def throwaway_group() -> str:
+    """A fresh group name for `txmq consume` without --group (``is_throwaway`` knows it)."""
+    return f"{THROWAWAY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
+
+
+def is_throwaway(name: str) -> bool:
+    suffix = name.removeprefix(THROWAWAY_GROUP_PREFIX)
+    return len(suffix) == 8 and suffix != name and all(c in "0123456789abcdef" for c in suffix)
 
 
 def _groups(endpoints: str) -> dict[str, dict[str, Any]]:
@@ -262,14 +283,23 @@ def txn() -> None:
 @txn.command("list")
 @endpoints_option
 @json_option
-def txn_list(endpoints: str, as_json: bool) -> None:
-    """List undecided and dead transactions (rolled back after max checks) on every broker."""
+@wide_option
+def txn_list(endpoints: str, as_json: bool, wide: bool) -> None:
+    """List undecided and dead transactions (rolled back after max checks) on every broker
+    (--wide: the broker holding each, its check-backs so far and its half message's id)."""
     found = each_member_pages(endpoints, "TxnList", "transactions")
     r = {"transactions": [{**t, "broker": b} for b, rows in found for t in rows]}
-    keys = ["broker", "transaction_id", "topic", "state", "checks", "dead", "message_id"]
-    rows = [[t.get(k, "") for k in keys] for t in r["transactions"]]
-    cols = ["broker", "id", "topic", "state", "checks", "dead", "message id"]
-    show("transactions", cols, rows, r, as_json)
+    cols = [Col("transaction_id", ident=True), Col("topic", ident=True), Col("state"), Col("dead")]
+    cols += [Col("broker", ident=True, wide=True), Col("checks", wide=True, justify="right")]
+    cols += [Col("message_id", ident=True, wide=True)]
+    rows = [
+        [
+            *(t.get("transaction_id"), t.get("topic"), t.get("state"), yes_no(t.get("dead"))),
+            *(t.get("broker"), t.get("checks"), t.get("message_id")),
+        ]
+        for t in r["transactions"]
+    ]
+    show("transactions", cols, rows, r, as_json, wide)
 
 
 @txn.command("show")
@@ -286,7 +316,8 @@ def txn_show(transaction_id: str, endpoints: str) -> None:
 @click.argument("action", type=click.Choice(["commit", "rollback"]))
 @endpoints_option
 def txn_resolve(transaction_id: str, action: str, endpoints: str) -> None:
-    """Decide a pending or dead transaction as an operator.
+    """Decide a pending or dead transaction as an operator: it answers "committed" or "rolled
+    back".
 
     Repeating the same decision is harmless; contradicting an earlier one fails (exit 1).
     """
@@ -298,7 +329,8 @@ def txn_resolve(transaction_id: str, action: str, endpoints: str) -> None:
         "TxnResolve",
         {"id": transaction_id, "action": action},
     )
-    click.echo(f"transaction {transaction_id} is {r['outcome']}")
+    said = str(r["outcome"]).replace("_", " ")  # "rolled_back" on the wire: "rolled back"
+    click.echo(f"transaction {transaction_id} is {said}")
 
 
 def _endpoint_of(endpoints: str, broker: str) -> str:
@@ -323,7 +355,8 @@ def message_show(message_id: str, endpoints: str) -> None:
 
 
 @message.command("find")
-@click.option("--key", required=True, help="A message key (the client's Message.keys).")
+@click.option("--message-key", "key", help="A message key (the client's Message.keys).")
+@click.option("--key", "key_alias", hidden=True)  # the earlier name
 @click.option("--topic", default=None, help="Search only this topic (default: all topics).")
 @click.option(
     "--max",
@@ -334,10 +367,21 @@ def message_show(message_id: str, endpoints: str) -> None:
 )
 @endpoints_option
 @json_option
+@wide_option
 def message_find(
-    key: str, topic: str | None, max_count: int, endpoints: str, as_json: bool
+    key: str | None,
+    key_alias: str | None,
+    topic: str | None,
+    max_count: int,
+    endpoints: str,
+    as_json: bool,
+    wide: bool,
 ) -> None:
-    """List the messages carrying a key."""
+    """List the messages carrying a key, each body's first 40 characters (`message show`
+    prints one whole; --wide: their queue and offset too)."""
+    key = key or key_alias
+    if not key:
+        raise click.UsageError("Missing option '--message-key'.")
     args: dict[str, Any] = {"key": key, "max": max_count}
     if topic is not None:
         args["topic"] = topic
@@ -348,5 +392,7 @@ def message_find(
     }
     keys = ["message_id", "topic", "queue_id", "queue_offset", "tag"]
     rows = [[m[k] for k in keys] + [m["body"][:40]] for m in r["messages"]]
-    cols = ["message id", "topic", "queue", "offset", "tag", "body"]
-    show(f"messages with key {key}", cols, rows, r, as_json)
+    cols = [Col("message_id", ident=True), Col("topic", ident=True)]
+    cols += [Col("queue", wide=True, justify="right"), Col("offset", wide=True, justify="right")]
+    cols += [Col("tag"), Col("body")]
+    show(f"messages with key {key}", cols, rows, r, as_json, wide)

@@ -26,8 +26,9 @@ import click
 from txmq import limits
 from txmq.broker.config.options import etcd_tls_options
 from txmq.cli import cluster_replicas
-from txmq.cli.admin_commands import endpoints_option, json_option, show
-from txmq.client.admin import cluster_call
+from txmq.cli.admin_commands import endpoints_option
+from txmq.cli.tables import Col, human_bytes, json_option, show, wide_option
+from txmq.client.admin import cluster_call, split_endpoints
 from txmq.coordination.cluster_file import ClusterFile, Member, write
 from txmq.coordination.etcd import EtcdTls
 from txmq.errors import TxmqError
@@ -132,8 +133,19 @@ def up(
     ports PORT..PORT+N*R-1 (group g has replicas k = g*R..g*R+R-1), data in DIR/replica-<k>;
     SYNC replication (a write is acknowledged once it is on 2 replicas; --async: on the
     leader), leadership through etcd (--etcd, or a local etcd in DIR/etcd).
+
+    DIR must not be a single broker's data directory (one with store/ in it): its topics would
+    not be served by brokers started beside them. Give the cluster a directory of its own.
+
+    \b
+    Exit codes:
+      0  every broker stopped cleanly at SIGTERM or Ctrl-C
+      1  a broker did not start; or one exited on its own before the stop
+         (said on stderr when it happens, the others keep serving); or all did
+      2  bad input (an option, DIR holding a single broker's data)
     """
     n = _brokers(count or ("1" if replicas > 1 else "2"))
+    _refuse_single_broker_dir(data_dir)
     if etcd is not None and replicas == 1:
         raise click.BadParameter("--etcd goes with --replicas R (R > 1)")
     if port + n * replicas - 1 > 65535:
@@ -160,6 +172,19 @@ def up(
             local.terminate()
             local.wait(timeout=STOP_TIMEOUT_S)
     sys.exit(code)
+
+
+def _refuse_single_broker_dir(data_dir: Path) -> None:
+    """Raises click.BadParameter (exit 2) when ``data_dir`` holds one broker's own data: the
+    cluster's brokers would live in DIR/broker-<i> beside it and not serve its topics."""
+    found = [n for n in ("store", "broker.lock", "topics.json") if (data_dir / n).exists()]
+    if found:
+        raise click.BadParameter(
+            f"{data_dir} holds a single broker's data ({', '.join(found)}): a cluster there"
+            " would start new brokers beside it and not serve its topics; give the cluster a"
+            " directory of its own",
+            param_hint="--data-dir",
+        )
 
 
 def _run(
@@ -229,8 +254,8 @@ def _watch(procs: dict[str, subprocess.Popen[str]], stop: dict[str, bool]) -> No
 
 
 def _human(key: str, value: Any) -> Any:
-    if key.endswith("_bytes") and isinstance(value, int):
-        return f"{value / 2**20:.1f} MiB" if value < 2**30 else f"{value / 2**30:.1f} GiB"
+    if key.endswith("_bytes"):
+        return human_bytes(value)
     if key == "up":
         return "up" if value else "DOWN"
     return value
@@ -239,13 +264,23 @@ def _human(key: str, value: Any) -> Any:
 @cluster.command("status")
 @endpoints_option
 @json_option
-def status(endpoints: str, as_json: bool) -> None:
-    """Every member: up or down, its disk, topics, queues and messages (asked of each); for
-    replicas: each one's role, the leader, epoch, in-sync replicas and lag in bytes."""
-    replica_rows = cluster_replicas.replica_rows([e for e in endpoints.split(";") if e])
+@wide_option
+def status(endpoints: str, as_json: bool, wide: bool) -> None:
+    """Every member: up or down, its topics, messages and pending transactions (asked of each;
+    --wide: its data, free disk and queues too). For replicas: each one's group, role, log end
+    and the leader's in-sync set (--wide: the leader each sees, the epoch, the followers' lag
+    in bytes, the preferred replica).
+
+    \b
+    Exit codes:
+      0  every member answered
+      1  a member is down (the table shows it DOWN, and the others)
+      3  no member answers
+    """
+    replica_rows = cluster_replicas.replica_rows(split_endpoints(endpoints))
     if replica_rows is not None:
         cols, rows = cluster_replicas.replica_table(replica_rows)
-        show("replicas", cols, rows, {"replicas": replica_rows}, as_json)
+        show("replicas", cols, rows, {"replicas": replica_rows}, as_json, wide)
         for r in replica_rows:
             if r.get("renewed") and not as_json:  # its log lost records (ADR 0005)
                 click.echo(f"{r.get('name')} renewed its {r['renewed']}")
@@ -260,12 +295,13 @@ def status(endpoints: str, as_json: bool) -> None:
         else:
             row.update(up=True, **{k: v for k, v in got.items() if k not in ("ok", "name")})
         out.append(row)
-    keys = ["name", "endpoint", "up", "data_bytes", "disk_free_bytes", "topics", "queues",
-            "messages", "pending_transactions"]  # fmt: skip
+    keys = ["name", "endpoint", "up", "topics", "messages", "pending_transactions",
+            "data_bytes", "disk_free_bytes", "queues"]  # fmt: skip
     rows = [[_human(k, r.get(k, "-")) for k in keys] for r in out]
-    cols = ["broker", "endpoint", "up", "data", "disk free", "topics", "queues",
-            "messages", "pending txns"]  # fmt: skip
-    show("cluster", cols, rows, {"members": out}, as_json)
+    cols = [Col("broker", ident=True), Col("endpoint", ident=True), Col("up")]
+    cols += [Col(h, justify="right") for h in ("topics", "messages", "pending txns")]
+    cols += [Col(h, wide=True, justify="right") for h in ("data", "disk free", "queues")]
+    show("cluster", cols, rows, {"members": out}, as_json, wide)
     if not all(r["up"] for r in out):
         sys.exit(1)
 

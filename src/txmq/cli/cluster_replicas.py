@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from txmq.cli.tables import Col
 from txmq.client.admin import call
 from txmq.client.security import current
 from txmq.coordination.cluster_file import ClusterFile, Group, Member
@@ -110,11 +111,15 @@ def replica_rows(endpoints: list[str]) -> list[dict[str, Any]] | None:
     return rows
 
 
-def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    cols = [
-        "group", "replica", "endpoint", "up", "role", "leader", "epoch", "end", "in sync",
-        "lag bytes", "preferred",
-    ]  # fmt: skip
+def replica_table(rows: list[dict[str, Any]]) -> tuple[list[Col], list[list[Any]]]:
+    """The columns (the role reads DOWN for a replica that does not answer; ``--wide`` adds
+    the leader as each sees it, the epoch, the followers' lag and the preferred replica) and
+    one row per replica. The in-sync set is the leader's: a follower's row shows "-"."""
+    cols = [Col(h, ident=True) for h in ("group", "replica", "endpoint")]
+    cols += [Col("role"), Col("end", justify="right"), Col("in sync")]
+    cols += [Col("up", wide=True), Col("leader", ident=True, wide=True)]
+    cols += [Col("epoch", wide=True, justify="right"), Col("lag bytes", wide=True)]
+    cols += [Col("preferred", wide=True)]
     out = []
     for r in rows:
         lag = r.get("lag_bytes", "-")
@@ -124,9 +129,9 @@ def replica_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
         out.append(
             [
                 r.get("group") or "-", r.get("name", "?"), r["endpoint"],
-                "up" if r["up"] else "DOWN",
-                r.get("role", "-"), r.get("leader", "-"), r.get("epoch", "-"), r.get("end", "-"),
-                ", ".join(in_sync) if isinstance(in_sync, list) else "-", lag,
+                r.get("role", "-") if r["up"] else "DOWN", r.get("end", "-"),
+                ", ".join(in_sync) if isinstance(in_sync, list) else "-",
+                "up" if r["up"] else "DOWN", r.get("leader", "-"), r.get("epoch", "-"), lag,
                 _preferred(r),
             ]
         )  # fmt: skip

@@ -13,27 +13,24 @@ import contextlib
 import json
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
+from txmq import errors
 from txmq.cli.admin_commands import (
     endpoints_option,
     group,
-    json_option,
     message,
-    show,
+    throwaway_group,
     topic,
     txn,
 )
+from txmq.cli.tables import Col, console, human_bytes, json_option, show
 from txmq.client.admin import call
 from txmq.client.security import official_configuration
 from txmq.errors import NotFoundError, TxmqError
-
-console = Console()
 
 
 def _producer(endpoints: str, topic: str, checker: Any = None) -> Any:
@@ -67,7 +64,13 @@ def _cli_checker() -> Any:
 @click.argument("topic")
 @click.argument("body")
 @click.option("--tag", default="")
-@click.option("--key", "keys", multiple=True)
+@click.option(
+    "--message-key",
+    "keys",
+    multiple=True,
+    help="A key to find the message by (`txmq message find`); repeat for several.",
+)
+@click.option("--key", "keys_alias", multiple=True, hidden=True)  # the earlier name
 @click.option("--delay-ms", type=int, default=0, help="Deliver this many ms from now.")
 @click.option("--group", "message_group", default="", help="FIFO message group.")
 @click.option("--transactional", is_flag=True, help="Send as a transaction half message.")
@@ -84,6 +87,7 @@ def send(
     body: str,
     tag: str,
     keys: tuple[str, ...],
+    keys_alias: tuple[str, ...],
     delay_ms: int,
     message_group: str,
     transactional: bool,
@@ -100,9 +104,8 @@ def send(
         m.body = body.encode()
         if tag:
             m.tag = tag
-        if keys:
-            for key in keys:
-                m.keys = key  # the client's setter adds one key per assignment
+        for key in (*keys, *keys_alias):
+            m.keys = key  # the client's setter adds one key per assignment
         if message_group:
             m.message_group = message_group
         if delay_ms:
@@ -114,19 +117,60 @@ def send(
                 tx.commit()
             elif outcome == "rollback":
                 tx.rollback()
-            click.echo(f"{r.message_id} transaction {outcome}")
+            click.echo(f"{r.message_id} transaction {_SENT_OUTCOME[outcome]}")
         else:
             r = p.send(m)
             click.echo(r.message_id)
     except TxmqError:
         raise
     except Exception as exc:
-        # The client reports everything as its own exceptions; an unknown topic (on a broker
-        # that does not auto-create) is bad input, anything else a failed operation.
-        call(endpoints, "TopicDescribe", {"name": topic})
-        raise TxmqError(f"send failed: {' '.join(str(exc).split())}") from exc
+        kind = _kind(transactional, message_group, delay_ms)
+        raise _send_refusal(exc, endpoints, topic, kind) from exc
     finally:
         p.shutdown()
+
+
+_SENT_OUTCOME = {"commit": "committed", "rollback": "rolled back", "none": "left undecided"}
+# The option that makes a message of each type other than normal.
+_TYPE_OPTION = {"transaction": "--transactional", "fifo": "--group GROUP", "delay": "--delay-ms MS"}
+
+
+def _kind(transactional: bool, message_group: str, delay_ms: int) -> str:
+    """The message type the official client gives a message sent with these options."""
+    if transactional:
+        return "transaction"
+    return "fifo" if message_group else "delay" if delay_ms else "normal"
+
+
+def _send_refusal(exc: Exception, endpoints: str, topic: str, kind: str) -> TxmqError:
+    """The official client's exception as a typed error in plain words (exits by main.py).
+
+    The client raises its own exceptions: a broker's refusal carries the RocketMQ status
+    ``code`` (a 4xxxx is bad input: exit 2), its own checks (a message type the topic does not
+    take, an empty body) carry none. A type conflict is said with the option that fixes it; an
+    unknown topic (on a broker that does not create topics) is bad input; anything else is a
+    failed operation (exit 1).
+    """
+    from rocketmq.v5.exception import IllegalArgumentException
+
+    text = " ".join(str(exc.args[0] if exc.args else exc).split())
+    code = getattr(exc, "code", None)
+    conflict = code == errors.CODE_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    if conflict or "message type not match" in text:
+        takes = call(endpoints, "TopicDescribe", {"name": topic})["type"]
+        if takes != kind:
+            fix = [f"with {_TYPE_OPTION[takes]}"] if takes in _TYPE_OPTION else []
+            fix += [f"without {_TYPE_OPTION[kind]}"] if kind in _TYPE_OPTION else []
+            return errors.MessageTypeConflictError(
+                f"topic {topic!r} takes {takes} messages and this one is a {kind} message:"
+                f" send it {' and '.join(fix)}, or send it to a {kind} topic"
+            )
+    if isinstance(code, int) and code != errors.CODE_OK:
+        return errors.from_code(code, text)
+    if isinstance(exc, IllegalArgumentException):
+        return errors.BadRequestError(text)
+    call(endpoints, "TopicDescribe", {"name": topic})  # an unknown topic is bad input
+    return TxmqError(f"send failed: {text}")
 
 
 def _consume(
@@ -138,7 +182,7 @@ def _consume(
     configuration, tls = official_configuration(endpoints)
     c = SimpleConsumer(
         configuration,
-        group or f"txmq-cli-{uuid.uuid4().hex[:8]}",
+        group or throwaway_group(),
         {topic: FilterExpression(expr)},
         await_duration=max(1, min(wait_s, 5)),
         tls_enable=tls,
@@ -172,7 +216,12 @@ def _consume_options(fn: Any) -> Any:
     for option in reversed(
         [
             click.argument("topic"),
-            click.option("--group", default="", help="Consumer group (default: a fresh one)."),
+            click.option(
+                "--group",
+                default="",
+                help="Consumer group (default: a throwaway txmq-cli-<hex> group, which the"
+                " broker keeps and `txmq group list` leaves out).",
+            ),
             click.option("--tag", "expr", default="*", help="Tag expression, e.g. 'A||B'."),
             endpoints_option,
         ]
@@ -191,7 +240,9 @@ def consume(
     """Receive and ack up to --max messages within --wait-s seconds, one JSON line each.
 
     A new group starts at the earliest retained message; a named group resumes where it
-    acked last.
+    acked last. Without --group each run reads as a new throwaway group, txmq-cli-<8 hex
+    digits>: the broker keeps its positions (it has no command to delete a group), and
+    `txmq group list` leaves such groups out unless --all.
     """
     _consume(topic, group, expr, max_messages, wait_s, endpoints, follow=False)
 
@@ -211,14 +262,21 @@ def store() -> None:
 
 @store.command("verify")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
-@json_option
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the report as JSON (stable field names)."
+)
 def store_verify(data_dir: Path, as_json: bool) -> None:
-    """Check every record's CRC and that queues and index agree with the log (offline)."""
+    """Check every record's CRC and that queues and index agree with the log.
+
+    Offline: reads the data directory itself, no broker is asked (stop the broker first for an
+    exact check). Exit code 1 when a problem is found.
+    """
     from txmq.cli.verify import verify
 
     with console.status(f"verifying {data_dir}"):
         report = verify(data_dir)
-    show("store verify", ["check", "result"], [[k, v] for k, v in report.items()], report, as_json)
+    rows = [[k, v] for k, v in report.items()]
+    show("store verify", [Col("check"), Col("result")], rows, report, as_json)
     if report["problems"]:
         sys.exit(1)
 
@@ -229,13 +287,31 @@ def store_verify(data_dir: Path, as_json: bool) -> None:
 def store_status(endpoints: str, as_json: bool) -> None:
     """A running broker's store health: damaged records (each found by a read or the background
     scrub, skipped by readers), consume queues rebuilt from the log, scrub progress, refused
-    writes. Exit code 1 when a record is damaged or writes are fenced."""
+    writes. Exit code 1 when a record is damaged or writes are refused (fenced)."""
     report = call(endpoints, "StoreStatus", {})
-    rows = [[k, v] for k, v in report.items() if k not in ("ok", "damaged")]
-    rows += [[f"damaged @{d['offset']}", d["reason"]] for d in report.get("damaged", [])]
-    show("store status", ["check", "result"], rows, report, as_json)
+    show("store status", [Col("check"), Col("result")], _status_rows(report), report, as_json)
     if report.get("damaged_records") or report.get("fenced"):
         sys.exit(1)
+
+
+def _status_rows(report: dict[str, Any]) -> list[list[Any]]:
+    """The StoreStatus answer in words: ratios as percentages, bytes in units, whether writes
+    are accepted rather than an empty reason."""
+    words = {"disk_used_ratio": "disk used", "disk_watermark": "writes refused above"}
+    rows: list[list[Any]] = []
+    for k, v in report.items():
+        if k in ("ok", "damaged"):
+            continue
+        if k == "fenced":
+            rows.append(["writes", f"refused: {v}" if v else "accepted"])
+        elif k.endswith("_ratio") or k == "disk_watermark":
+            rows.append([words.get(k, k), f"{v:.1%}" if isinstance(v, float) else v])
+        elif k.endswith("_bytes"):
+            rows.append([k.removesuffix("_bytes").replace("_", " "), human_bytes(v)])
+        else:
+            rows.append([k.replace("_", " "), v])
+    rows += [[f"damaged @{d['offset']}", d["reason"]] for d in report.get("damaged", [])]
+    return rows
 
 
 def register(cli: click.Group) -> None:

@@ -81,20 +81,60 @@ class Acl:
         return self.users.get(access_key)
 
 
+def _type_name(value: Any) -> str:
+    """How TOML calls the type of ``value``, for "expected X, got Y" messages."""
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    names.update({list: "an array", dict: "a table"})
+    return names.get(type(value), type(value).__name__)
+
+
+def _length(text: str, low: int, high: int, where: str, what: str = "characters") -> None:
+    """Raises ConfigError saying how long ``text`` is, when it is not ``low``..``high`` long
+    (never its content: it may be a secret)."""
+    if len(text) < low:
+        raise ConfigError(f"{where}: too short: {len(text)} {what}, at least {low}")
+    if len(text) > high:
+        raise ConfigError(f"{where}: too long: {len(text)} {what}, at most {high}")
+
+
 def _patterns(value: Any, where: str) -> Names:
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list of names or patterns")
-    if len(value) > limits.ACL_PATTERNS_PER_USER_MAX:
-        raise ConfigError(f"{where}: more than {limits.ACL_PATTERNS_PER_USER_MAX} patterns")
-    for item in value:
+        raise ConfigError(f"{where}: expected a list of names or patterns, got {_type_name(value)}")
+    high = limits.ACL_PATTERNS_PER_USER_MAX
+    if len(value) > high:
+        raise ConfigError(f"{where}: too many patterns: {len(value)}, at most {high}")
+    for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise ConfigError(f"{where}: expected a list of strings, got {item!r}")
-        too_long = len(item) > limits.GROUP_NAME_LENGTH_MAX
-        if too_long or _PATTERN_TEXT.fullmatch(item) is None or "**" in item:
+            raise ConfigError(f"{where}[{i}]: expected a string, got {item!r}")
+        _length(item, 1, limits.GROUP_NAME_LENGTH_MAX, f"{where}[{i}]")
+        if _PATTERN_TEXT.fullmatch(item) is None or "**" in item:
             raise ConfigError(
-                f"{where}: malformed pattern {item!r} (letters, digits, _ - % | and * only)"
+                f"{where}: malformed pattern {item!r} (letters, digits, _ - % | and * only, no **)"
             )
     return compile_names(value)
+
+
+def _access_key(value: Any, where: str) -> str:
+    if value is None:
+        raise ConfigError(f"{where}: required")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {_type_name(value)}")
+    _length(value, 1, limits.ACCESS_KEY_LENGTH_MAX, where)
+    if ACCESS_KEY_PATTERN.fullmatch(value) is None:
+        raise ConfigError(
+            f"{where}: {value!r} holds characters other than letters, digits and _ . @ : / + -"
+        )
+    return value
+
+
+def _secret_key(value: Any, where: str) -> str:
+    low, high = limits.SECRET_KEY_LENGTH_MIN, limits.SECRET_KEY_LENGTH_MAX
+    if value is None:
+        raise ConfigError(f"{where}: required (a string of {low}..{high} characters)")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {_type_name(value)}")
+    _length(value, low, high, where)
+    return value
 
 
 def _user(table: Any, where: str) -> User:
@@ -105,19 +145,11 @@ def _user(table: Any, where: str) -> User:
             raise ConfigError(
                 f"{where}.{key}: unknown key (expected {', '.join(sorted(USER_KEYS))})"
             )
-    access_key = table.get("access_key")
-    if not isinstance(access_key, str) or ACCESS_KEY_PATTERN.fullmatch(access_key) is None:
-        raise ConfigError(
-            f"{where}.access_key: required; 1..{limits.ACCESS_KEY_LENGTH_MAX} of "
-            "letters, digits and _ . @ : / + -"
-        )
-    secret = table.get("secret_key")
-    low, high = limits.SECRET_KEY_LENGTH_MIN, limits.SECRET_KEY_LENGTH_MAX
-    if not isinstance(secret, str) or not low <= len(secret) <= high:
-        raise ConfigError(f"{where}.secret_key: required; a string of {low}..{high} characters")
+    access_key = _access_key(table.get("access_key"), f"{where}.access_key")
+    secret = _secret_key(table.get("secret_key"), f"{where}.secret_key")
     admin = table.get("admin", False)
     if not isinstance(admin, bool):
-        raise ConfigError(f"{where}.admin: expected true or false")
+        raise ConfigError(f"{where}.admin: expected true or false, got {_type_name(admin)}")
     return User(
         access_key=access_key,
         secret_key=secret,
@@ -144,9 +176,11 @@ def parse_acl(text: str, source: str) -> Acl:
             raise ConfigError(f"{source}: {key}: unknown key (expected [[users]] tables)")
     tables = raw.get("users", [])
     if not isinstance(tables, list):
-        raise ConfigError(f"{source}: users: expected [[users]] tables")
+        raise ConfigError(f"{source}: users: expected [[users]] tables, got {_type_name(tables)}")
     if len(tables) > limits.ACL_USERS_MAX:
-        raise ConfigError(f"{source}: users: more than {limits.ACL_USERS_MAX} users")
+        raise ConfigError(
+            f"{source}: users: too many users: {len(tables)}, at most {limits.ACL_USERS_MAX}"
+        )
     users: dict[str, User] = {}
     for i, table in enumerate(tables):
         user = _user(table, f"{source}: users[{i}]")

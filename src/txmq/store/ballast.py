@@ -28,12 +28,13 @@ class Ballast:
         self.disk = disk
         self.path = data_dir / RESERVE_NAME
 
-    def release(self) -> bool:
-        """Delete the reserve; True if there was one to free."""
+    def release(self, level: int = logging.INFO) -> bool:
+        """Delete the reserve; True if there was one to free. Logged at ``level``: INFO at a
+        routine open or close, WARNING when a full disk made the store give it back."""
         if not self.disk.exists(self.path):
             return False
         self.disk.remove(self.path)
-        log.warning("released the %d-byte disk reserve", limits.STORE_RESERVE_BYTES)
+        log.log(level, "released the %d-byte disk reserve", limits.STORE_RESERVE_BYTES)
         return True
 
     def retake(self, free_bytes: int) -> None:
