@@ -57,10 +57,10 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
     listed = json.loads(ok("topic", "list", "--json", *ep))["topics"]
     assert {"name": "orders", "type": "transaction", "queues": 2, "messages": 0} in listed
     assert "queue" in ok("topic", "describe", "orders", *ep)
-    mid = ok("send", "plain", "hello", "--tag", "A", "--key", "k1", *ep).strip()
+    mid = ok("send", "plain", "hello", "--tag", "A", "--message-key", "k1", *ep).strip()
     assert "committed" not in mid and mid
-    assert "transaction commit" in ok("send", "orders", "o1", "--transactional", *ep)
-    assert "transaction rollback" in ok(
+    assert "transaction committed" in ok("send", "orders", "o1", "--transactional", *ep)
+    assert "transaction rolled back" in ok(
         "send", "orders", "o2", "--transactional", "--outcome", "rollback", *ep
     )
     lines = ok("consume", "orders", "--group", "cli-g", "--max", "5", "--wait-s", "3", *ep)
@@ -71,8 +71,8 @@ def test_commands_against_a_broker(broker: BrokerProcess, tmp_path: Path) -> Non
     assert sum(q["lag"] for q in described["queues"]) == 0
     shown = json.loads(ok("message", "show", mid.split()[0], *ep))
     assert shown["body"] == "hello"
-    assert "k1" in ok("message", "find", "--topic", "plain", "--key", "k1", *ep)
-    assert mid.split()[0] in ok("message", "find", "--key", "k1", *ep)  # every topic
+    assert "k1" in ok("message", "find", "--topic", "plain", "--message-key", "k1", *ep)
+    assert mid.split()[0] in ok("message", "find", "--message-key", "k1", *ep)  # every topic
     ok("send", "plain", "later", "--delay-ms", "500", *ep)
     tailed = ok("tail", "plain", "--group", "tailer", "--max", "2", *ep)
     assert sorted(json.loads(x)["body"] for x in tailed.splitlines()) == ["hello", "later"]

@@ -153,7 +153,22 @@ def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
         ("[broker\n", {}, "not valid TOML"),
         ("", {"TXMQ_PORT": "eighty"}, "TXMQ_PORT: expected an integer"),
         ("", {"TXMQ_AUTO_CREATE_TOPICS": "maybe"}, "TXMQ_AUTO_CREATE_TOPICS"),
-        ("", {"TXMQ_STORE_RETENTION_MS": "5"}, "retention_ms must be at least"),
+        (
+            "",
+            {"TXMQ_STORE_RETENTION_MS": "5"},
+            "retention_ms must be at least 60000 (one minute), got 5",
+        ),
+        (
+            "[broker]\ntransaction_check_max = 0\n",
+            {},
+            "transaction_check_max must be 1..",
+        ),
+        ("[broker]\ntransaction_check_max = 0\n", {}, ", got 0"),
+        (
+            "[store]\ndisk_watermark = 1.5\n",
+            {},
+            "disk_watermark must be in (0, 1] (a fraction of the disk), got 1.5",
+        ),
     ],
 )
 def test_bad_configuration_names_its_source(

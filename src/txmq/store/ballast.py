@@ -28,12 +28,13 @@ class Ballast:
         self.disk = disk
         self.path = data_dir / RESERVE_NAME
 
-    def release(self, level: int = logging.INFO) -> bool:
-        """Delete the reserve; True if there was one to free. Logged at ``level``: INFO at a
-        routine open or close, WARNING when a full disk made the store give it back."""
+    def release(self, *, disk_full: bool = False) -> bool:
+        """Delete the reserve; True if there was one to free. Logged at INFO at a routine open
+        or close, at WARNING when a full disk made the store give it back (``disk_full``)."""
         if not self.disk.exists(self.path):
             return False
         self.disk.remove(self.path)
+        level = logging.WARNING if disk_full else logging.INFO
         log.log(level, "released the %d-byte disk reserve", limits.STORE_RESERVE_BYTES)
         return True
 

@@ -29,18 +29,34 @@ class StoreConfig:
                 f" got {self.segment_size_bytes}"
             )
         if not 1 <= self.body_size_max <= limits.BODY_SIZE_MAX_LIMIT:
-            raise ConfigError(f"body_size_max must be 1..{limits.BODY_SIZE_MAX_LIMIT}")
+            raise ConfigError(
+                f"body_size_max must be 1..{limits.BODY_SIZE_MAX_LIMIT}, got {self.body_size_max}"
+            )
         if self.body_size_max + limits.PROPERTIES_SIZE_MAX + 4096 > self.segment_size_bytes:
-            raise ConfigError("segment_size_bytes must hold at least one maximum-size record")
+            raise ConfigError(
+                f"segment_size_bytes must hold at least one maximum-size record: got"
+                f" {self.segment_size_bytes}, at least"
+                f" {self.body_size_max + limits.PROPERTIES_SIZE_MAX + 4096} with body_size_max"
+                f" {self.body_size_max}"
+            )
         if not 1 <= self.flush_interval_ms <= 60_000:
-            raise ConfigError("flush_interval_ms must be 1..60000")
+            raise ConfigError(f"flush_interval_ms must be 1..60000, got {self.flush_interval_ms}")
         if self.retention_ms < 60_000:
-            raise ConfigError("retention_ms must be at least 60000 (one minute)")
+            raise ConfigError(
+                f"retention_ms must be at least 60000 (one minute), got {self.retention_ms}"
+            )
         if not 0.0 < self.disk_watermark <= 1.0:
-            raise ConfigError("disk_watermark must be in (0, 1]")
+            raise ConfigError(
+                f"disk_watermark must be in (0, 1] (a fraction of the disk), got"
+                f" {self.disk_watermark}"
+            )
         if not 0 <= self.group_commit_linger_us <= limits.GROUP_COMMIT_LINGER_US_MAX:
             raise ConfigError(
-                f"group_commit_linger_us must be 0..{limits.GROUP_COMMIT_LINGER_US_MAX}"
+                f"group_commit_linger_us must be 0..{limits.GROUP_COMMIT_LINGER_US_MAX},"
+                f" got {self.group_commit_linger_us}"
             )
         if self.consume_queue_entries_per_file < 16:
-            raise ConfigError("consume_queue_entries_per_file must be >= 16")
+            raise ConfigError(
+                "consume_queue_entries_per_file must be >= 16, got"
+                f" {self.consume_queue_entries_per_file}"
+            )

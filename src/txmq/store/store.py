@@ -116,7 +116,7 @@ class Store:
             after_flush=self._checkpoints.after_flush,
             inline_sync=inline_sync,
         )
-        self._dispatcher.on_disk_full = lambda: self._ballast.release(logging.WARNING)
+        self._dispatcher.on_disk_full = lambda: self._ballast.release(disk_full=True)
         self._dispatcher.before_growth = watermark.check_growth
         self._checkpoints.checkpoint_if_room()
         cpfile.mark_open(disk, data_dir)

@@ -83,7 +83,10 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_insync_replicas <= limits.REPLICAS_MAX:
-            raise ConfigError(f"min_insync_replicas must be 1..{limits.REPLICAS_MAX}")
+            raise ConfigError(
+                f"min_insync_replicas must be 1..{limits.REPLICAS_MAX},"
+                f" got {self.min_insync_replicas}"
+            )
         if self.etcd and not (self.replica_group or self.broker_name):
             raise ConfigError("a replica needs --replica-group or --broker-name (its group)")
         EtcdTls.of(self.etcd_ca_file, self.etcd_cert_file, self.etcd_key_file)  # both or none
@@ -97,26 +100,35 @@ class BrokerConfig:
                 f"got {self.default_queue_count}"
             )
         if self.transaction_timeout_ms < 0:
-            raise ConfigError("transaction_timeout_ms must be >= 0")
+            raise ConfigError(
+                f"transaction_timeout_ms must be >= 0, got {self.transaction_timeout_ms}"
+            )
         interval_max = limits.TRANSACTION_CHECK_INTERVAL_MS_MAX
         interval_min = limits.TRANSACTION_CHECK_INTERVAL_MS_MIN
         if not interval_min <= self.transaction_check_interval_ms <= interval_max:
             raise ConfigError(
                 f"transaction_check_interval_ms must be between {interval_min} and "
-                f"{limits.TRANSACTION_CHECK_INTERVAL_MS_MAX}"
+                f"{interval_max}, got {self.transaction_check_interval_ms}"
             )
         if not 1 <= self.transaction_check_max <= limits.TRANSACTION_CHECK_MAX_LIMIT:
             raise ConfigError(
-                f"transaction_check_max must be 1..{limits.TRANSACTION_CHECK_MAX_LIMIT}"
+                f"transaction_check_max must be 1..{limits.TRANSACTION_CHECK_MAX_LIMIT},"
+                f" got {self.transaction_check_max}"
             )
         if not 1 <= self.delivery_attempts_max <= limits.DELIVERY_ATTEMPTS_MAX_LIMIT:
             raise ConfigError(
-                f"delivery_attempts_max must be 1..{limits.DELIVERY_ATTEMPTS_MAX_LIMIT}"
+                f"delivery_attempts_max must be 1..{limits.DELIVERY_ATTEMPTS_MAX_LIMIT},"
+                f" got {self.delivery_attempts_max}"
             )
         if not 0 < self.retry_backoff_initial_ms <= self.retry_backoff_max_ms:
-            raise ConfigError("need 0 < retry_backoff_initial_ms <= retry_backoff_max_ms")
+            raise ConfigError(
+                "need 0 < retry_backoff_initial_ms <= retry_backoff_max_ms, got"
+                f" {self.retry_backoff_initial_ms} and {self.retry_backoff_max_ms}"
+            )
         if not limits.TICK_MS_MIN <= self.tick_ms <= limits.TICK_MS_LIMIT:
-            raise ConfigError(f"tick_ms must be {limits.TICK_MS_MIN}..{limits.TICK_MS_LIMIT}")
+            raise ConfigError(
+                f"tick_ms must be {limits.TICK_MS_MIN}..{limits.TICK_MS_LIMIT}, got {self.tick_ms}"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together (a certificate and its key)")
         if self.tls_client_ca is not None and self.tls_cert is None:
