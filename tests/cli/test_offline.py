@@ -325,6 +325,16 @@ def test_help_states_the_exit_codes_that_differ() -> None:
     assert "Exit code 1 when a problem is found" in help_text("store", "verify")
     assert "Exit code 1 when a record is damaged" in help_text("store", "status")
     assert "contradicting an earlier one fails (exit 1)" in help_text("txn", "resolve")
+    assert "Ctrl-C is how a tail ends: it exits 0" in help_text("tail")
+
+
+def test_throwaway_group_names() -> None:
+    from txmq.client.admin import is_throwaway_group, throwaway_group
+
+    fresh = throwaway_group()
+    assert fresh != throwaway_group() and is_throwaway_group(fresh)
+    for kept in ("txmq-cli-orders1", "txmq-cli-0123abc", "inventory", "txmq-cli-0123ABCD"):
+        assert not is_throwaway_group(kept), kept
 
 
 def test_store_verify_help_says_it_is_offline() -> None:

@@ -9,7 +9,6 @@ Must not: talk the RocketMQ protocol (commands.py does, with the official client
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import click
@@ -17,7 +16,7 @@ import click
 from txmq import limits
 from txmq.broker.config.broker_config import BrokerConfig
 from txmq.cli.tables import Col, json_option, show, wide_option, yes_no
-from txmq.client.admin import call, call_pages, cluster_call, members
+from txmq.client.admin import call, call_pages, cluster_call, is_throwaway_group, members
 from txmq.client.security import F, security_options
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
@@ -211,7 +210,7 @@ def group_list(show_all: bool, endpoints: str, as_json: bool) -> None:
     with "throwaway" true or false.
     """
     found = _groups(endpoints).values()
-    r = {"groups": [{**g, "throwaway": is_throwaway(g["group"])} for g in found]}
+    r = {"groups": [{**g, "throwaway": is_throwaway_group(g["group"])} for g in found]}
     listed = [g for g in r["groups"] if show_all or not g["throwaway"]]
     rows = [[g["group"], g["lag"], g["inflight"]] for g in listed]
     cols = [
@@ -244,19 +243,6 @@ def group_describe(name: str, endpoints: str, as_json: bool, wide: bool) -> None
     rows = [[q[k] for k in keys] for q in g["queues"]]
     per_broker = ", ".join(f"{b['broker']} {b['lag']}" for b in g["brokers"])
     show(f"group {name}: lag {g['lag']} ({per_broker})", cols, rows, g, as_json, wide)
-
-
-THROWAWAY_GROUP_PREFIX = "txmq-cli-"
-
-
-def throwaway_group() -> str:
-    """A fresh group name for `txmq consume` without --group (``is_throwaway`` knows it)."""
-    return f"{THROWAWAY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
-
-
-def is_throwaway(name: str) -> bool:
-    suffix = name.removeprefix(THROWAWAY_GROUP_PREFIX)
-    return len(suffix) == 8 and suffix != name and all(c in "0123456789abcdef" for c in suffix)
 
 
 def _groups(endpoints: str) -> dict[str, dict[str, Any]]:

@@ -23,12 +23,11 @@ from txmq.cli.admin_commands import (
     endpoints_option,
     group,
     message,
-    throwaway_group,
     topic,
     txn,
 )
 from txmq.cli.tables import Col, console, human_bytes, json_option, show
-from txmq.client.admin import call
+from txmq.client.admin import call, throwaway_group
 from txmq.client.security import official_configuration
 from txmq.errors import NotFoundError, TxmqError
 
@@ -251,7 +250,10 @@ def consume(
 @_consume_options
 @click.option("--max", "max_messages", default=2**31, type=click.IntRange(1), help="Stop after N.")
 def tail(topic: str, group: str, expr: str, max_messages: int, endpoints: str) -> None:
-    """Follow a topic: print and ack messages as they arrive until Ctrl-C (or --max)."""
+    """Follow a topic: print and ack messages as they arrive until Ctrl-C (or --max).
+
+    Ctrl-C is how a tail ends: it exits 0 (what was printed was acked), not 130.
+    """
     _consume(topic, group, expr, max_messages, 5, endpoints, follow=True)
 
 

@@ -36,7 +36,8 @@ def cli() -> None:
     \b
     Exit codes: 0 ok, 1 operation failed, 2 bad input (usage, config, unknown
     topic or id), 3 broker unreachable.
-    Client commands take --endpoints HOST:PORT (env TXMQ_ENDPOINTS).
+    Client commands take --endpoints HOST:PORT, or HOST:P1;HOST:P2 for several
+    (env TXMQ_ENDPOINTS). Commands with other exit codes say so in their help.
     """
 
 

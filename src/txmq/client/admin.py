@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from typing import Any
 
 import grpc
@@ -33,6 +34,22 @@ def split_endpoints(endpoints: str) -> list[str]:
             f"no broker address in {endpoints!r} (expected HOST:PORT[;...])"
         )
     return parts
+
+
+# `txmq consume` and `txmq tail` without --group read as a fresh group of this prefix and 8
+# hex digits. The broker keeps every group's positions (it has no command to delete a group),
+# so listings for people (`txmq group list`, the dashboard) may leave these out.
+THROWAWAY_GROUP_PREFIX = "txmq-cli-"
+
+
+def throwaway_group() -> str:
+    """A fresh throwaway group name (``is_throwaway_group`` knows it)."""
+    return f"{THROWAWAY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
+
+
+def is_throwaway_group(name: str) -> bool:
+    suffix = name.removeprefix(THROWAWAY_GROUP_PREFIX)
+    return suffix != name and len(suffix) == 8 and all(c in "0123456789abcdef" for c in suffix)
 
 
 def call(
