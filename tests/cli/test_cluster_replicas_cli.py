@@ -93,8 +93,9 @@ def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
             ("replica-0", "replica-0"), ("replica-1", "replica-0"),
             ("replica-2", "replica-2"), ("replica-3", "replica-2"),
         }  # fmt: skip
-        wide = ok("cluster", "status", "--wide", "--endpoints", f"127.0.0.1:{port}")
+        wide = narrow("cluster", "status", "--endpoints", f"127.0.0.1:{port}", wide=True)
         assert "preferred" in wide and "epoch" in wide, wide
+        assert_whole(wide, [str(r["endpoint"]) for r in rows])
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)

@@ -10,7 +10,8 @@ Rules a table keeps, whatever the terminal's width:
   line while the others can give way (they wrap between words): rich alone would share the
   squeeze between all columns and fold an id in two.
 - By default a command shows the columns an operator reads first, chosen so its identifiers fit
-  one line in 80 columns; ``--wide`` adds the others.
+  one line in 80 columns; ``--wide`` adds the others, and when even squeezed they leave no room
+  for whole identifiers the table takes the width it needs (as ``kubectl -o wide`` does).
 - ``--json`` prints the command's answer, never a table: its field names are an interface
   (fields are added, never renamed or removed), unlike the headers of a table.
 """
@@ -80,8 +81,17 @@ def show(
     picked = [i for i, c in enumerate(cols) if wide or not c.wide]
     shown = [cols[i] for i in picked]
     cells = [["-" if r[i] is None or r[i] == "" else str(r[i]) for i in picked] for r in rows]
+    texts = [[c.header] + [r[k] for r in cells] for k, c in enumerate(shown)]
+    widest = [max(cell_len(t) for t in column) for column in texts]
     # A row of the table takes its cells' widths plus 3 per column (padding, rule) plus 1.
-    widths = _widths(shown, cells, console.width - 3 * len(shown) - 1)
+    borders = 3 * len(shown) + 1
+    out, widths = console, None
+    if sum(widest) + borders > console.width:
+        widths = _squeeze(shown, texts, widest, console.width - borders)
+        if widths is None and wide:
+            # Every column asked for and no room to keep the identifiers whole: the table
+            # takes the width it needs (a terminal wraps its lines, `less -S` scrolls them).
+            out = Console(width=sum(widest) + borders)
     t = Table(title=title, title_justify="left")
     for k, c in enumerate(shown):
         # "fold": a cell too long for its column continues on the next line, never elided.
@@ -89,20 +99,16 @@ def show(
         t.add_column(c.header, overflow="fold", justify=c.justify, width=width)
     for row in cells:
         t.add_row(*row)
-    console.print(t)
+    out.print(t)
 
 
-def _widths(cols: Sequence[Col], cells: list[list[str]], room: int) -> list[int] | None:
-    """Each column's width when the table must be narrower than its content: identifier
-    columns their widest cell; the others at least their longest word (else their header's
-    longest word or 4 characters: their text may fold), then an equal share of what is left,
-    up to their widest cell. None
-    when everything fits (rich lays it out), or when not even that does (rich folds what it
-    must)."""
-    texts = [[c.header] + [r[k] for r in cells] for k, c in enumerate(cols)]
-    widest = [max(cell_len(t) for t in column) for column in texts]
-    if sum(widest) <= room:
-        return None
+def _squeeze(
+    cols: Sequence[Col], texts: list[list[str]], widest: list[int], room: int
+) -> list[int] | None:
+    """Each column's width in ``room``, narrower than its content: identifier columns their
+    widest cell; the others at least their longest word (else their header's longest word,
+    else 4 characters: their text folds), then an equal share of what is left, up to their
+    widest cell. None when not even the identifiers fit."""
     words = [max(cell_len(w) for t in column for w in t.split() or [""]) for column in texts]
     heads = [max(cell_len(w) for w in c.header.split()) for c in cols]
     tiers = (words, [max(h, min(w, 4)) for h, w in zip(heads, words, strict=True)])
