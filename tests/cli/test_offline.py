@@ -386,3 +386,11 @@ def test_an_acl_file_says_what_is_wrong(tmp_path: Path, text: str, message: str)
     acl.chmod(0o600)
     r = run("broker", "--data-dir", str(tmp_path / "d"), "--acl-file", str(acl), "--port", "0")
     assert f"{acl}: {message}" in one_line_error(r, EXIT_USAGE)
+
+
+def test_a_cluster_file_says_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "cluster.toml"
+    name = "b" * 70
+    bad.write_text(f'[cluster]\nname = "x"\n[[broker]]\nname = "{name}"\nendpoint = "h:1"\n')
+    r = run("broker", "--data-dir", str(tmp_path / "d"), "--cluster", str(bad), "--port", "0")
+    assert "[[broker]] #1.name: too long: 70 characters, at most 64" in one_line_error(r, 2)

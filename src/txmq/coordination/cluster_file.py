@@ -171,6 +171,8 @@ def parse_endpoint(text: str, source: str) -> tuple[str, int]:
 
 
 def _name(raw: Any, source: str) -> str:
+    if isinstance(raw, str) and len(raw) > 64:
+        raise ClusterFileError(f"{source}.name: too long: {len(raw)} characters, at most 64")
     if not isinstance(raw, str) or not NAME_PATTERN.match(raw):
         raise ClusterFileError(
             f"{source}.name: expected 1-64 letters, digits, '_', '.', '-', got {raw!r}"
