@@ -3,7 +3,7 @@
 Exit codes scripts can rely on:
   0  ok
   1  the operation failed (the broker refused it, a store check found problems, the demo was
-     inconsistent)
+     inconsistent, `txmq audit` found the database and the topic disagree)
   2  bad input: usage errors, bad configuration, unknown topic / transaction / message id, a
      message the broker refuses as malformed (a 400xx status: a message type the topic does not
      take, an illegal key or tag) or too large (413xx)

@@ -466,6 +466,30 @@ DEMO_DLQ_PROBE_MAX: Final = 25
 # Ids listed per mismatch kind in the reconciliation report (the counts are always complete).
 DEMO_REPORT_IDS_MAX: Final = 1000
 
+# --- txmq audit (txmq/audit/). --------------------------------------------------------------------
+# Examples of each kind of discrepancy brought to the driver and printed (the counts are always
+# complete; the report's Parquet files hold every discrepancy): a page a person reads, and the
+# one thing besides counts that crosses from the executors to the driver.
+AUDIT_EXAMPLES_DEFAULT: Final = 20
+AUDIT_EXAMPLES_MAX: Final = 1_000
+# Time buckets of the per-minute series: a day of minutes; a longer span gets wider buckets
+# (a whole number of minutes each), so the driver holds at most this many rows per stream.
+AUDIT_BUCKETS_MAX: Final = 1_440
+# Open transactions the audit keeps (and whose half message it fetches to learn its key: one
+# admin call each), oldest first on each broker; the counts of undecided and dead transactions
+# are always complete.
+AUDIT_TXN_LOOKUPS_MAX: Final = 200
+# How far outside the window a row's message (or a message's row) is still looked for: a
+# message is stored after its row's local transaction commits, up to the broker's check-back
+# (RocketMQ's default: 15 checks 30 s apart, so 7.5 minutes) later.
+AUDIT_GRACE_MS_DEFAULT: Final = 10 * 60_000
+# Rows the JDBC driver fetches per round trip: what bounds a read's memory (PostgreSQL's driver
+# otherwise holds a whole result set).
+AUDIT_JDBC_FETCH_ROWS: Final = 10_000
+# Partitions of a windowed table read (split on the time column); a whole-table read is one.
+AUDIT_JDBC_PARTITIONS_DEFAULT: Final = 4
+AUDIT_JDBC_PARTITIONS_MAX: Final = 1_024
+
 # --- Checks between limits. -----------------------------------------------------------------------
 # Import-time checks on relationships between limits.
 assert list(SETTINGS_REPEAT_DELAYS_MS) == sorted(SETTINGS_REPEAT_DELAYS_MS)
@@ -503,3 +527,5 @@ assert COORDINATION_RETRY_FIRST_MS <= REPLICA_OBSERVE_PERIOD_MS <= COORDINATION_
 assert max(SEND_BATCH_MAX, SINK_BUNDLE_MESSAGES_MAX) < REPLICA_FETCH_RECORDS_MAX
 assert REPLICA_LAG_MAX_MS < REPLICA_ACK_TIMEOUT_MS
 assert REPLICA_FETCH_WAIT_MS < ETCD_CALL_TIMEOUT_MS
+assert AUDIT_TXN_LOOKUPS_MAX <= AUDIT_EXAMPLES_MAX
+assert AUDIT_EXAMPLES_DEFAULT <= AUDIT_EXAMPLES_MAX

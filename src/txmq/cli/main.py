@@ -46,12 +46,14 @@ cli.add_command(broker)
 
 def _register() -> None:
     from txmq.cli import commands
+    from txmq.cli.audit import audit
     from txmq.dashboard.command import dashboard
     from txmq.demo.command import demo
 
     commands.register(cli)
     cli.add_command(demo)
     cli.add_command(dashboard)
+    cli.add_command(audit)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

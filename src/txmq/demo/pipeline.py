@@ -28,11 +28,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from txmq import limits
+from txmq.audit import reckon
+from txmq.audit.spec import Match, Window
 from txmq.protocol.client_security import ClientSecurity
 from txmq.spark.session import local_session
 
 ORDER_TOPIC_DEFAULT: Final = "deduct-stock"
 ORDER_JSON_SCHEMA: Final = "order_id string, sku string, qty int, ts long"
+# An order message's key for the audit's reckoning: the order id in its JSON body.
+ORDER_MATCH: Final = Match("json", "order_id")
 
 
 def _spark(spark: Any, app: str) -> Any:
@@ -139,13 +143,14 @@ def reconcile(
     from pyspark.sql import functions as F
 
     spark = _spark(spark, "txmq-reconcile")
-    messages = orders_from(
+    raw = (
         spark.read.format("txmq")
         .options(**_security())
         .option("endpoints", endpoints)
         .option("topic", topic)
         .load()
     )
+    messages = orders_from(raw)
     orders = _sqlite_frame(spark, orders_db, "SELECT id, qty FROM orders", "id string, qty int")
     deducted = _sqlite_frame(
         spark,
@@ -153,15 +158,20 @@ def reconcile(
         "SELECT order_id, message_id FROM processed",
         "order_id string, m string",
     )
-    per_order = messages.groupBy("order_id").agg(
-        F.count("*").alias("copies"), F.max("qty").alias("msg_qty")
+    # Lost, phantom and duplicate orders are the audit's own reckoning (txmq audit).
+    found = reckon.discrepancies(
+        reckon.per_key(
+            reckon.untimed_rows(orders, "id"),
+            reckon.keyed_messages(raw, ORDER_MATCH, Window(None, None)),
+        )
     )
-    joined = orders.join(per_order, orders.id == per_order.order_id, "full_outer")
+    per_order = messages.groupBy("order_id").agg(F.max("qty").alias("msg_qty"))
+    joined = orders.join(per_order, orders.id == per_order.order_id, "inner")
     ded = deducted.groupBy("order_id").count().withColumnRenamed("order_id", "d_order")
     checks = {
-        "ordered but no message": joined.where("order_id IS NULL").select("id"),
-        "message without an order (leaked rollback)": joined.where("id IS NULL").select("order_id"),
-        "duplicate messages for one order": per_order.where("copies > 1").select("order_id"),
+        "ordered but no message": found.lost.select("key"),
+        "message without an order (leaked rollback)": found.phantom.select("key"),
+        "duplicate messages for one order": found.duplicate.select("key"),
         "quantity differs from the order": joined.where("qty != msg_qty").select("id"),
         "deducted without an order": ded.join(orders, ded.d_order == orders.id, "left_anti"),
         "ordered but not deducted": orders.join(ded, orders.id == ded.d_order, "left_anti"),

@@ -1,0 +1,168 @@
+"""Fixtures for the ``txmq audit`` tests: Debian's JDBC driver jars (installed with apt-get when
+missing and we are root), one Spark Connect server per module that every ``txmq audit --remote``
+run shares (a Spark session costs a JVM start; a Connect client starts in about a second), a
+broker whose transactions stay undecided for the whole module, and a runner for the command.
+
+The Connect server is the PySpark wheel's own (``spark-submit --class ...SparkConnectServer``),
+with both drivers on its classpath, UTC as its JVM's zone and this interpreter as its Python
+workers' (they run the txmq source).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apt import apt_lock
+from tests.integration.conftest import ROOT, BrokerProcess
+from tests.postgres import free_port
+
+if importlib.util.find_spec("pyspark") is None:
+    collect_ignore_glob = ["test_audit_[!p]*.py"]
+
+JARS = {
+    "postgresql": Path("/usr/share/java/postgresql.jar"),
+    "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
+}
+PACKAGES = ["libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java"]
+APT_TIMEOUT_S = 600
+CONNECT_START_S = 300.0
+AUDIT_TIMEOUT_S = 600
+
+
+def jars_problem() -> str | None:
+    """Why the JDBC jars cannot be had here, or None once both are installed."""
+    if all(p.is_file() for p in JARS.values()):
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"no JDBC jars and not root with apt-get to install {' '.join(PACKAGES)}"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    with apt_lock():
+        if all(p.is_file() for p in JARS.values()):  # another test process installed them
+            return None
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *PACKAGES]):
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
+            if r.returncode != 0:
+                return f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
+    return None if all(p.is_file() for p in JARS.values()) else "apt-get left no JDBC jars"
+
+
+@pytest.fixture(scope="session")
+def jdbc_jars() -> dict[str, Path]:
+    problem = jars_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return dict(JARS)
+
+
+def _spark_env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+    )
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def spark_connect(
+    jdbc_jars: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A Spark Connect server's sc:// URL, for the module."""
+    from tests.spark.conftest import java_problem
+
+    problem = java_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    work, port = tmp_path_factory.mktemp("spark-connect"), free_port()
+    cmd = [
+        str(submit),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--driver-java-options", "-Duser.timezone=UTC",
+        "--conf", f"spark.connect.grpc.binding.port={port}",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        "--conf", "spark.sql.session.timeZone=UTC",
+        "--jars", ",".join(str(p) for p in jdbc_jars.values()),
+        "spark-internal",
+    ]  # fmt: skip
+    log = (work / "server.log").open("w")
+    proc = subprocess.Popen(
+        cmd, cwd=work, env=_spark_env(), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + CONNECT_START_S
+        while not _accepts(port):
+            tail = (work / "server.log").read_text(errors="replace")[-2000:]
+            assert proc.poll() is None, f"Spark Connect server exited:\n{tail}"
+            assert time.monotonic() < deadline, f"Spark Connect server not up:\n{tail}"
+            time.sleep(0.5)  # sleep: poll interval of this bounded wait for the port
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def audit_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with the default transaction timings: an undecided transaction stays
+    undecided (not yet dead) for minutes, longer than the module runs."""
+    b = BrokerProcess(tmp_path_factory.mktemp("audit-broker") / "data", [])
+    b.start()
+    yield b
+    b.stop()
+
+
+@dataclass(frozen=True)
+class Audited:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    def explain(self) -> str:
+        return f"exit {self.code}\nstdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}"
+
+
+def run_audit(*args: str, timeout_s: float = AUDIT_TIMEOUT_S) -> Audited:
+    """``txmq audit ARGS`` in a child process (its own Spark driver, or a Connect client)."""
+    env = dict(_spark_env(), COLUMNS="200")
+    r = subprocess.run(
+        [sys.executable, "-m", "txmq.cli", "audit", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    return Audited(r.returncode, r.stdout, r.stderr)
