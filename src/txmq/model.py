@@ -3,14 +3,9 @@
 Owns: frozen dataclasses and enums that describe messages and records. No I/O, no clock, no
 imports from other txmq modules except errors and limits.
 
-Frozen by type, not by a runtime guard: mypy refuses any assignment to a field of these
-classes. The ones a transaction builds (``RecordDraft``, ``Record``, ``Outgoing``,
-``EndRequest``, ``AppendResult``, ``Entry``, ``QueueRead``) are ``dataclass(init=False)``
-with ``Final`` fields and an ``__init__`` of their own: compiled (docs/adr/0007), each is a
-native class whose construction stores C struct fields, ~0.5k instructions against ~7.4k for a
-dataclass-generated ``__init__`` (a Python function even in a compiled module), and a
-transaction builds about twenty such values (issue 17, eleventh pass); their fields are
-read-only at run time too. The others use ``value`` (frozen by type, plain slot stores).
+Every value class in txmq is declared one way: ``@dataclass(frozen=True, slots=True)``
+(read-only fields, equality and hashing over the fields, no per-instance dict); state that
+changes is a plain ``@dataclass`` or class.
 
 Vocabulary (house rule: one meaning per verb): a *draft* is what a writer hands the store; a
 *record* is what the commit log holds, with the offsets the store assigned. "Commit" is used only
@@ -21,11 +16,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
-
-from txmq.frozen import value
 
 # System topics. Names match RocketMQ's so operators recognise them.
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -124,60 +117,30 @@ class DecisionSource(enum.Enum):
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class RecordDraft:
     """What a writer hands the store: everything but the offsets and store time.
 
     The store assigns queue_offset, physical_offset and store_timestamp_ms.
     """
 
-    topic: Final[str]
-    queue_id: Final[int]
-    body: Final[bytes]
-    flag: Final[TxnFlag]
-    message_id: Final[str]
-    tag: Final[str]
-    keys: Final[tuple[str, ...]]
-    properties: Final[Mapping[str, str]]
-    born_timestamp_ms: Final[int]
-    born_host: Final[str]
-    reconsume_times: Final[int]
+    topic: str
+    queue_id: int
+    body: bytes
+    flag: TxnFlag = TxnFlag.NORMAL
+    message_id: str = ""
+    tag: str = ""
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    reconsume_times: int = 0
     # For COMMIT/ROLLBACK records: the physical offset of the half record they decide.
-    prepared_offset: Final[int]
+    prepared_offset: int = -1
     # ``properties`` as the record's properties block (format/properties.properties_json),
     # where the builder has it (a half and its commit, txn/records.py); empty: the encoder
     # encodes ``properties``. Never anything but the encoding of ``properties``.
-    properties_block: Final[bytes]
-
-    def __init__(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes,
-        flag: TxnFlag = TxnFlag.NORMAL,
-        message_id: str = "",
-        tag: str = "",
-        keys: tuple[str, ...] = (),
-        properties: Mapping[str, str] = _EMPTY,
-        born_timestamp_ms: int = 0,
-        born_host: str = "",
-        reconsume_times: int = 0,
-        prepared_offset: int = -1,
-        properties_block: bytes = b"",
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.body = body
-        self.flag = flag
-        self.message_id = message_id
-        self.tag = tag
-        self.keys = keys
-        self.properties = properties
-        self.born_timestamp_ms = born_timestamp_ms
-        self.born_host = born_host
-        self.reconsume_times = reconsume_times
-        self.prepared_offset = prepared_offset
-        self.properties_block = properties_block
+    properties_block: bytes = b""
 
     def in_queue(self, queue_id: int) -> RecordDraft:
         """This draft for ``queue_id``: ``dataclasses.replace`` without its getattr per field."""
@@ -198,138 +161,64 @@ class RecordDraft:
         )
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Record:
     """A record as stored in the commit log, with its assigned positions."""
 
-    topic: Final[str]
-    queue_id: Final[int]
-    queue_offset: Final[int]
-    physical_offset: Final[int]
-    size: Final[int]
-    flag: Final[TxnFlag]
-    store_timestamp_ms: Final[int]
-    born_timestamp_ms: Final[int]
-    born_host: Final[str]
-    reconsume_times: Final[int]
-    prepared_offset: Final[int]
-    message_id: Final[str]
-    tag: Final[str]
-    keys: Final[tuple[str, ...]]
-    properties: Final[Mapping[str, str]]
-    body: Final[bytes]
-
-    def __init__(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        physical_offset: int,
-        size: int,
-        flag: TxnFlag,
-        store_timestamp_ms: int,
-        born_timestamp_ms: int,
-        born_host: str,
-        reconsume_times: int,
-        prepared_offset: int,
-        message_id: str,
-        tag: str,
-        keys: tuple[str, ...],
-        properties: Mapping[str, str],
-        body: bytes,
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.physical_offset = physical_offset
-        self.size = size
-        self.flag = flag
-        self.store_timestamp_ms = store_timestamp_ms
-        self.born_timestamp_ms = born_timestamp_ms
-        self.born_host = born_host
-        self.reconsume_times = reconsume_times
-        self.prepared_offset = prepared_offset
-        self.message_id = message_id
-        self.tag = tag
-        self.keys = keys
-        self.properties = properties
-        self.body = body
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    flag: TxnFlag
+    store_timestamp_ms: int
+    born_timestamp_ms: int
+    born_host: str
+    reconsume_times: int
+    prepared_offset: int
+    message_id: str
+    tag: str
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    body: bytes
 
     @property
     def next_physical_offset(self) -> int:
         return self.physical_offset + self.size
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     """A message a producer sent, as the send path takes it (mapped from the wire at the edge,
     txmq.protocol.mapping): its draft (queue 0 until the send path picks one), its type, and
     for a transactional message the check immunity it asked for."""
 
-    draft: Final[RecordDraft]
-    message_type: Final[MessageType]
-    check_immunity_ms: Final[int | None]
-
-    def __init__(
-        self,
-        draft: RecordDraft,
-        message_type: MessageType,
-        check_immunity_ms: int | None = None,
-    ) -> None:
-        self.draft = draft
-        self.message_type = message_type
-        self.check_immunity_ms = check_immunity_ms
+    draft: RecordDraft
+    message_type: MessageType
+    check_immunity_ms: int | None = None
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class EndRequest:
     """A transaction decision (EndTransaction) as the send path takes it."""
 
-    topic: Final[str]
-    transaction_id: Final[str]
-    message_id: Final[str]
-    commit: Final[bool]
-    source: Final[DecisionSource]
-
-    def __init__(
-        self,
-        topic: str,
-        transaction_id: str,
-        message_id: str,
-        commit: bool,
-        source: DecisionSource,
-    ) -> None:
-        self.topic = topic
-        self.transaction_id = transaction_id
-        self.message_id = message_id
-        self.commit = commit
-        self.source = source
+    topic: str
+    transaction_id: str
+    message_id: str
+    commit: bool
+    source: DecisionSource
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where the store put a record. Returned only once the record is as durable as the flush
     mode promises."""
 
-    physical_offset: Final[int]
-    size: Final[int]
-    queue_offset: Final[int]
-    store_timestamp_ms: Final[int]
-    message_id: Final[str]
-
-    def __init__(
-        self,
-        physical_offset: int,
-        size: int,
-        queue_offset: int,
-        store_timestamp_ms: int,
-        message_id: str,
-    ) -> None:
-        self.physical_offset = physical_offset
-        self.size = size
-        self.queue_offset = queue_offset
-        self.store_timestamp_ms = store_timestamp_ms
-        self.message_id = message_id
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp_ms: int
+    message_id: str
 
 
 @dataclass(init=False, unsafe_hash=True)
@@ -337,8 +226,7 @@ class Entry:
     """What dispatch needs of a record: consume-queue and index fields, no body.
 
     Produced by the writer (from the draft) and by recovery (``decode_entry``), so both paths
-    feed consume queues and the index the same values (format/record.py). A native class, as
-    the values above: a NamedTuple's ``__new__`` is a Python function even when compiled."""
+    feed consume queues and the index the same values (format/record.py). """
 
     physical_offset: Final[int]
     size: Final[int]
@@ -366,7 +254,7 @@ class Entry:
         )  # fmt: skip
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class QueueRead:
     """The answer to a consume-queue read.
 
@@ -374,25 +262,13 @@ class QueueRead:
     filter, so a filtered reader still makes progress.
     """
 
-    records: Final[tuple[Record, ...]]
-    next_offset: Final[int]
-    min_offset: Final[int]
-    max_offset: Final[int]
-
-    def __init__(
-        self,
-        records: tuple[Record, ...],
-        next_offset: int,
-        min_offset: int,
-        max_offset: int,
-    ) -> None:
-        self.records = records
-        self.next_offset = next_offset
-        self.min_offset = min_offset
-        self.max_offset = max_offset
+    records: tuple[Record, ...]
+    next_offset: int
+    min_offset: int
+    max_offset: int
 
 
-@value
+@dataclass(frozen=True, slots=True)
 class QueueBytes:
     """A consume-queue read whose records are their verified commit-log bytes
     (docs/formats.md), for bulk readers that decode on their side."""

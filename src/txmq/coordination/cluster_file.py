@@ -55,7 +55,7 @@ class ClusterFileError(ConfigError):
     """A cluster file is unreadable, not TOML, or holds a missing, duplicate or bad value."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Member:
     """One broker process: a replica of its group (the only one in the flat form)."""
 
@@ -68,7 +68,7 @@ class Member:
         return f"{self.host}:{self.port}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Group:
     """One broker of the cluster as clients see it: its queues, served by whichever of its
     replicas leads (the one replica of a plain broker)."""
@@ -94,7 +94,7 @@ def _check_names(groups: tuple[Group, ...]) -> None:
         raise ClusterFileError(f"broker endpoints must be unique, got {endpoints}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClusterFile:
     """``members``: every replica, group after group. Without ``groups`` (the flat form) each
     member is a group of one of the same name; with them, ``members`` must be their replicas."""

@@ -37,7 +37,7 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class KeyValue:
     value: bytes
     create_revision: int
@@ -45,7 +45,7 @@ class KeyValue:
     lease: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     """The answer to a compare-and-put: ``won`` and the key's holder as stored (ours if won)."""
 
@@ -53,7 +53,7 @@ class Claim:
     holder: KeyValue | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EtcdTls:
     """How to reach an etcd that serves TLS (``--etcd-ca-file``; with ``--client-cert-auth``
     on etcd's side also ``--etcd-cert-file``/``--etcd-key-file``): the CA that signed etcd's

@@ -36,7 +36,7 @@ def _free_port(host: str) -> int:
         return port
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EtcdServing:
     """etcd serving TLS: its certificate and key (PEM), and with ``client_ca`` it requires
     client certificates signed by that CA (etcd's ``--client-cert-auth``)."""

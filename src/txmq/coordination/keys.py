@@ -22,7 +22,7 @@ from txmq.store.epochs import EpochStart, divergence_point
 Member = tuple[str, str | None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Confirmed:
     """What every member of a stored in-sync set held when its leader stored it: the log
     below ``end``, whose last records there are ``epoch``'s (which start at ``start``) (ADR
@@ -43,7 +43,7 @@ class Confirmed:
         return f"offset {self.end} in epoch {self.epoch}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Leader:
     """Who leads a group and since which etcd revision (the epoch: every later leader's is
     higher, because etcd's revisions only grow), holding the key with which etcd lease (0:

@@ -19,7 +19,7 @@ WIDTH, HEIGHT = 560, 160
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 48, 12, 12, 24
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Series:
     label: str
     color: str  # a CSS colour name or #rrggbb, never user input

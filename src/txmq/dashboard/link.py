@@ -26,7 +26,7 @@ from txmq.errors import BrokerUnavailableError, invariant
 from txmq.protocol.client_security import ClientSecurity
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Credentials:
     access_key: str
     secret_key: str = dataclasses.field(repr=False)

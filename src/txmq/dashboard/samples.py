@@ -27,7 +27,7 @@ PENDING = "txmq_transactions_pending"
 DEAD = "txmq_transactions_dead"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     time_ms: int
     up: bool
@@ -71,7 +71,7 @@ def parse_sample(text: str, time_ms: int, disk_used: float, watermark: float) ->
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rate:
     time_ms: int
     in_per_s: float  # messages accepted by SendMessage

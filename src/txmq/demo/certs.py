@@ -25,7 +25,7 @@ VALIDITY = datetime.timedelta(days=1)
 CA_NAME = "txmq throwaway CA"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Bundle:
     """Paths of one throwaway PKI."""
 

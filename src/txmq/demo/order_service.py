@@ -81,7 +81,7 @@ CRASH_FATES = (CRASH_AFTER_DB, CRASH_BEFORE_DB)
 POISON_SHARE = 0.01
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Order:
     order_id: str
     sku: str
@@ -89,7 +89,7 @@ class Order:
     fate: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placed:
     """What the service did with one order. ``decision`` is None when it never decided."""
 

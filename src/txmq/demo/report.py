@@ -33,7 +33,7 @@ FATE_STORY = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SparkResult:
     rows: int  # (sku, minute) rows in the aggregate
     orders: int  # orders counted in the aggregate
@@ -65,7 +65,7 @@ class Facts:
     spark_error: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Check:
     name: str
     expected: str

@@ -71,8 +71,7 @@ def properties_json(props: dict[str, str]) -> bytes:
     pieces[0] = '{"'
     pieces.append('"}')
     text = "".join(pieces)
-    # (A lone surrogate is encoded too, as bytes the table changes; count and translate are C
-    # calls from compiled code, str.isascii and bytes.count would be method calls.)
+    # (A lone surrogate is encoded too, as bytes the table changes.)
     raw = text.encode("utf-8", "surrogatepass")
     if text.count('"') != quotes or raw.translate(_PLAIN) != raw:
         return _encoded(props)

@@ -39,7 +39,7 @@ _PATTERN_TEXT: Final = re.compile(r"[A-Za-z0-9_%|*-]+")
 _NOTHING: Final = re.compile(r"(?!)")  # matches no name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Names:
     """A set of name patterns, compiled into one regular expression."""
 
@@ -59,7 +59,7 @@ def compile_names(patterns: Iterable[str]) -> Names:
     return Names(kept, re.compile("|".join(f"(?:{part})" for part in parts)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class User:
     access_key: str
     # Kept out of repr so a logged User never shows it.
@@ -73,7 +73,7 @@ class User:
         return f"User({self.access_key!r}, admin={self.admin})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Acl:
     users: Mapping[str, User]
 

@@ -54,7 +54,7 @@ _DATE_PATTERN: Final = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 _HEX_PATTERN: Final = re.compile("[0-9a-fA-F]{" + str(SIGNATURE_HEX_LENGTH) + "}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Authorization:
     """A parsed ``authorization`` header (the signature not yet checked)."""
 

@@ -23,7 +23,7 @@ from txmq.protocol import auth
 _TRUE = ("1", "true", "yes", "on")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClientSecurity:
     """Credentials (both keys or neither), TLS (``tls``, implied by ``ca_file`` and
     ``cert_file``) and a client certificate for brokers that require one (mutual TLS)."""

@@ -31,7 +31,7 @@ CONSUMER_BACKOFF_MULTIPLIER = 2.0
 EXPONENTIAL_ONLY_LANGUAGES = frozenset({pb.NODE_JS})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     """The broker's values that a Settings reply fills in."""
 

@@ -79,7 +79,7 @@ def raise_for_status(status: Any) -> None:
         raise errors.from_code(int(status.code), str(status.message))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pulled:
     """One record pull's answer: ``count`` verified-on-broker records, back to back in
     ``blob`` (commit-log format), and where the next pull starts."""
@@ -98,7 +98,7 @@ class Pulled:
             raise RemoteProtocolError(f"PullRecords announced {self.count} records, sent {decoded}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SentHalf:
     """Where a transactional send went: what EndTransaction needs later."""
 

@@ -28,7 +28,7 @@ from txmq.txn.ledger import ledger_home, ledger_key
 UNNAMED = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SinkCluster:
     """(name, endpoint, live) of every member, in cluster-file order."""
 

@@ -195,7 +195,7 @@ def parse_checkpointed(offsets: Mapping[str, object]) -> dict[int, int]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueRange:
     """The messages ``start <= queue_offset < end`` of one queue: one input partition."""
 

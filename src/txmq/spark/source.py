@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TxmqPartition(InputPartition):
     """One queue's offset range; everything ``read`` needs, since it runs on an executor."""
 
@@ -134,7 +134,7 @@ def _committed(broker: BrokerClient, p: TxmqPartition) -> Iterator[Pulled]:
     raise DataLossError(p.topic, p.queue_id, offset, "retention keeps deleting ahead of the read")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Source:
     """The parsed read options, shared by the batch and the streaming reader.
 

@@ -25,7 +25,7 @@ ABORT_NAME: Final = "abort"
 _VERSION: Final = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     log_offset: int = 0
     index_entries: int = 0

@@ -49,7 +49,7 @@ from txmq.store.disk import Disk
 from txmq.store.segment import Segment, decoded, is_segment_name, iter_raw, segment_name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScanEnd:
     """Where a scan stopped. ``bad_reason`` is empty when it reached the clean end."""
 

@@ -9,7 +9,7 @@ from txmq.errors import ConfigError
 from txmq.model import FlushMode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoreConfig:
     segment_size_bytes: int = limits.SEGMENT_SIZE_DEFAULT
     body_size_max: int = limits.BODY_SIZE_MAX_DEFAULT

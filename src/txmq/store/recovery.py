@@ -55,7 +55,7 @@ log_ = logging.getLogger(__name__)
 _PUBLISH_EVERY: Final = 8192
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RecoveryReport:
     crashed: bool
     scanned_from: int

@@ -40,7 +40,7 @@ class DivergedError(OffsetNotFoundError):
     does not (it must truncate by epoch before it fetches again)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shipment:
     data: bytes  # whole records, concatenated in log order, each verified on the leader
     next_offset: int  # the follower's end once it appended ``data``

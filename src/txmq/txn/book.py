@@ -48,7 +48,6 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
 from txmq import limits
 from txmq.errors import (
@@ -94,7 +93,7 @@ _TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
 _SCHEDULED = frozenset({TxnState.PREPARED, TxnState.CHECKING})
 
 
-@dataclass(init=False)
+@dataclass(slots=True)
 class Txn:
     """One transaction the book still tracks (pending or dead)."""
 
@@ -108,47 +107,15 @@ class Txn:
     # Delay before the first check: the broker's transaction timeout or the per-message
     # check immunity.
     timeout_ms: int
-    checks: int
-    next_check_ms: int
-    state: TxnState
+    checks: int = 0
+    next_check_ms: int = 0
+    state: TxnState = TxnState.PREPARED
     # A server-side resolver owns it: checked without a live producer.
-    claimed: bool
+    claimed: bool = False
     # Heap generation: a heap entry is live only if it carries the current one.
-    gen: int
+    gen: int = 0
     # Where a failed decision returns to.
-    undecided_state: TxnState
-
-    def __init__(
-        self,
-        transaction_id: str,
-        message_id: str,
-        half_offset: int,
-        producer_group: str,
-        client_id: str,
-        topic: str,
-        prepared_at_ms: int,
-        timeout_ms: int,
-        checks: int = 0,
-        next_check_ms: int = 0,
-        state: TxnState = TxnState.PREPARED,
-        claimed: bool = False,
-        gen: int = 0,
-        undecided_state: TxnState = TxnState.PREPARED,
-    ) -> None:
-        self.transaction_id = transaction_id
-        self.message_id = message_id
-        self.half_offset = half_offset
-        self.producer_group = producer_group
-        self.client_id = client_id
-        self.topic = topic
-        self.prepared_at_ms = prepared_at_ms
-        self.timeout_ms = timeout_ms
-        self.checks = checks
-        self.next_check_ms = next_check_ms
-        self.state = state
-        self.claimed = claimed
-        self.gen = gen
-        self.undecided_state = undecided_state
+    undecided_state: TxnState = TxnState.PREPARED
 
     def transition_to(self, state: TxnState) -> None:
         if state not in _TRANSITIONS[self.state]:  # the message formatted only on failure
@@ -160,19 +127,14 @@ class Txn:
         self.state = state
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Decided:
-    outcome: Final[Outcome]
-    source: Final[DecisionSource]
-    decided_at_ms: Final[int]
-
-    def __init__(self, outcome: Outcome, source: DecisionSource, decided_at_ms: int) -> None:
-        self.outcome = outcome
-        self.source = source
-        self.decided_at_ms = decided_at_ms
+    outcome: Outcome
+    source: DecisionSource
+    decided_at_ms: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Due:
     """A transaction whose time has come: check it, or (give_up) roll it back at max checks."""
 

@@ -108,7 +108,7 @@ def ledger_home(key: str, members: Sequence[str]) -> str:
     return max(members, key=weight)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerEntry:
     """One batch's decision: the transactions it commits, and which task attempts sent them."""
 

@@ -164,7 +164,7 @@ def _commit_block(half: bytes, source: DecisionSource) -> bytes:
     end = len(half) - 1 if immunity < 0 else immunity
     if half.startswith(_RT_FIRST):  # no sender's properties
         return b"{" + half[tid + 1 : end] + _SOURCE_PAIR[source]
-    rt = half.find(_RT_AT)  # not in the slice: tests/unit/test_compiled.py, mypyc's slice bound
+    rt = half.find(_RT_AT)
     return half[:rt] + half[tid:end] + _SOURCE_PAIR[source]
 
 

@@ -26,7 +26,7 @@ Resolver = ClaimingResolver | ResolverFn
 LiveGroups = Callable[[str], bool] | Mapping[str, object]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CheckRequest:
     """Ask a live producer of ``producer_group`` about a transaction (RocketMQ check-back).
 
@@ -49,7 +49,7 @@ class CheckRequest:
         return self.half.physical_offset
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TxnMetrics:
     """Plain values the broker exports."""
 
@@ -77,7 +77,7 @@ def live_predicate(live_groups: LiveGroups) -> Callable[[str], bool]:
     return live_groups
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TickDecision:
     """A decision a check-back tick makes itself (a resolver's answer, a max-checks rollback)."""
 

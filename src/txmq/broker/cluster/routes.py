@@ -28,7 +28,7 @@ from txmq.coordination.cluster_file import Member
 from txmq.protocol import mapping
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Advertised:
     """A broker as a route shows it: the name clients key its queues by, and its endpoints."""
 

@@ -15,7 +15,7 @@ from txmq.errors import ConfigError
 from txmq.store.config import StoreConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     data_dir: Path
     host: str = "127.0.0.1"

@@ -20,11 +20,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from txmq import limits
 from txmq.errors import InvalidReceiptHandleError, invariant
-from txmq.frozen import value
 from txmq.model import Record
 
 # A lease picked for the DLQ stays invisible this long while the copy is appended; if the
@@ -45,9 +44,8 @@ class Candidate(NamedTuple):
     message_group: str
 
 
-# A namedtuple's ``__new__`` is a Python function (a frame per key, ~3k instructions compiled
-# or not); ``tuple.__new__`` builds the same tuple in C. Several keys per receive and ack
-# (issue 17, eleventh pass).
+# A namedtuple's ``__new__`` is a Python function (a frame per key); ``tuple.__new__`` builds
+# the same tuple in C. Several keys are built per receive and ack.
 def queue_key(group: str, topic: str, queue_id: int) -> QueueKey:
     """``QueueKey(group, topic, queue_id)``, built in C."""
     return tuple.__new__(QueueKey, (group, topic, queue_id))
@@ -58,7 +56,7 @@ def candidate(queue_offset: int, message_group: str) -> Candidate:
     return tuple.__new__(Candidate, (queue_offset, message_group))
 
 
-@dataclass(init=False)
+@dataclass(slots=True)
 class Lease:
     queue_offset: int
     message_group: str
@@ -69,46 +67,20 @@ class Lease:
     # When an expired lease may be delivered again: the deadline, or later if the backoff for
     # this attempt says so. A client that set the deadline itself gets exactly its deadline.
     visible_ms: int
-    dead: bool
-
-    def __init__(
-        self,
-        queue_offset: int,
-        message_group: str,
-        attempt: int,
-        seq: int,
-        delivered_ms: int,
-        deadline_ms: int,
-        visible_ms: int,
-        dead: bool = False,
-    ) -> None:
-        self.queue_offset = queue_offset
-        self.message_group = message_group
-        self.attempt = attempt
-        self.seq = seq
-        self.delivered_ms = delivered_ms
-        self.deadline_ms = deadline_ms
-        self.visible_ms = visible_ms
-        self.dead = dead
+    dead: bool = False
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Grant:
     """Deliver this offset now, with this attempt number; the receipt handle carries ``seq``."""
 
-    key: Final[QueueKey]
-    queue_offset: Final[int]
-    attempt: Final[int]
-    seq: Final[int]
-
-    def __init__(self, key: QueueKey, queue_offset: int, attempt: int, seq: int) -> None:
-        self.key = key
-        self.queue_offset = queue_offset
-        self.attempt = attempt
-        self.seq = seq
+    key: QueueKey
+    queue_offset: int
+    attempt: int
+    seq: int
 
 
-@value
+@dataclass(frozen=True, slots=True)
 class Expired:
     """Dead-letter this offset: it was delivered ``attempts`` times without an ack."""
 
@@ -117,7 +89,7 @@ class Expired:
     attempts: int
 
 
-@value
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """An ``Expired`` decision with its record, ready for the glue to append to the DLQ."""
 
@@ -129,7 +101,7 @@ class DeadLetter:
     attempts: int
 
 
-@value
+@dataclass(frozen=True, slots=True)
 class Position:
     """What survives a restart: the ack offset, settled offsets above it, attempts so far."""
 

@@ -53,9 +53,8 @@ class Handout:
     flow-control budget until gRPC has taken its message (the stream asks for the next reply
     only once the previous one was taken: gRPC writes wait for the client's HTTP/2 window), and
     a record is dropped as soon as its reply exists, so a reader that stalls pins at most what
-    is left of its own batch (broker/consume/flow.py). ``close`` gives back what is still held. A
-    compiled class whose ``take`` consume.py calls until None, not an async generator there: no
-    Python frame per reply (issue 17, eleventh pass)."""
+    is left of its own batch (broker/consume/flow.py). ``close`` gives back what is still held.
+    ReceiveMessage (consume/rpcs.py) calls ``take`` until None."""
 
     def __init__(
         self,
@@ -79,9 +78,8 @@ class Handout:
         budget.take(self.held)
 
     def take(self) -> bytes | None:
-        """The next reply's bytes, or None after the last: what consume.py's ReceiveMessage
-        loops on (not an iterator: a StopIteration raised from compiled code costs a traceback
-        entry, ~2.5k instructions)."""
+        """The next reply's bytes, or None after the last: what ReceiveMessage
+        (consume/rpcs.py) loops on."""
         self._give(self._taken)
         self._taken = 0
         self._sent += 1

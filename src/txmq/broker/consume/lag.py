@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from txmq.errors import TopicNotFoundError, invariant
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueLag:
     topic: str
     queue: int
@@ -36,7 +36,7 @@ class QueueLag:
     read: bool  # False: the group holds no position on this queue yet
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupLag:
     group: str
     lag: int

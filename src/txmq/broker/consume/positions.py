@@ -101,16 +101,11 @@ def _row(r: dict[str, Any]) -> tuple[QueueKey, Position]:
     return key, Position(int(r["ack"]), settled, attempts)
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Delivery:
-    record: Final[Record]
-    receipt_handle: Final[str]
-    attempt: Final[int]
-
-    def __init__(self, record: Record, receipt_handle: str, attempt: int) -> None:
-        self.record = record
-        self.receipt_handle = receipt_handle
-        self.attempt = attempt
+    record: Record
+    receipt_handle: str
+    attempt: int
 
 
 @dataclass(init=False)
@@ -118,7 +113,7 @@ class Ask:
     """What a receive asks for: the tags it accepts (None: all), at most ``batch`` messages of
     at most ``max_bytes`` of records (the first always comes), each leased ``invisible_ms``
     from ``now_ms``; ``fifo``: the topic's queues deliver each message group in order. One
-    value, not six keywords: a compiled caller passes it without building a dict (issue 17)."""
+    value, not six keywords, passed from the receive down to each queue's delivery book."""
 
     tags: Final[frozenset[str] | None]
     batch: Final[int]

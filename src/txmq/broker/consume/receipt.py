@@ -47,20 +47,13 @@ def _b64(blob: bytes) -> str:
     return binascii.b2a_base64(blob, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Receipt:
-    group: Final[str]
-    topic: Final[str]
-    queue_id: Final[int]
-    queue_offset: Final[int]
-    seq: Final[int]
-
-    def __init__(self, group: str, topic: str, queue_id: int, queue_offset: int, seq: int) -> None:
-        self.group = group
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.seq = seq
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    seq: int
 
 
 class ReceiptCodec:

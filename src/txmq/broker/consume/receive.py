@@ -1,4 +1,4 @@
-"""The consumer RPCs' work per message, compiled: a receive up to its replies, AckMessage,
+"""The consumer RPCs' work per message: a receive up to its replies, AckMessage,
 ChangeInvisibleDuration, and the long polls' wake-ups.
 
 Owns: ``ConsumeCalls``: ``receive`` (a ReceiveMessageRequest to its replies: a ``Handout`` of
@@ -6,10 +6,9 @@ the deliveries, or one reply saying why there are none; the long poll included),
 handlers ``AckMessage`` and ``ChangeInvisibleDuration`` (grpc.aio servicer signatures; errors
 travel in the reply's Status), and per topic the long polls waiting for an append
 (``notify_appended``, ``waiting``, ``wait_for``).
-Why a module of its own: ReceiveMessage stays an async generator in consume.py (gRPC inspects
-it, mypyc compiles none); what it does before its first reply is a plain coroutine it awaits,
-compiled here with mypyc (docs/adr/0007), as produce_rpcs.py did for the producer RPCs: no
-interpreted frame of txmq's per receive or ack but decode's and that generator (issue 17).
+Why a module of its own: rpcs.py holds every consumer RPC's gRPC face (ReceiveMessage is an
+async generator there, re-yielding the replies ``receive`` returns); this module holds the work
+a receive, an ack and an invisibility change do, against the delivery book and the store.
 Must not: block the event loop (a receive that reads more than records written lately runs in
 the executor; acks and invisibility changes touch only memory), or append to the store (the
 dead letters go through the ``dead_letter`` it is given, in the executor).

@@ -6,7 +6,7 @@ AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, PullMessag
 GetOffset and QueryOffset; appending dead letters to ``%DLQ%<group>``; the background sweep that
 dead-letters abandoned last attempts and saves positions. The per-message work (a receive up to
 its replies, AckMessage, ChangeInvisibleDuration, the long polls' wake-ups on
-``notify_appended``) is consume_rpcs.py's compiled ``ConsumeCalls``, bound here.
+``notify_appended``) is receive.py's ``ConsumeCalls``, bound here.
 Must not: keep delivery state (``ConsumerPositions`` in offsets.py does) or block the event loop
 (store calls run in the executor, except a receive that reads only records written lately,
 which are in the page cache; acks and invisibility changes, which touch only memory, run on the
@@ -93,8 +93,8 @@ class ConsumeRpcs:
             budget=self.budget,
             dead_letter=self.dead_letter,
         )
-        # The compiled handlers and wake-ups, bound (the servicer binds these in turn): no
-        # interpreted frame of this class's per call (issue 17).
+        # The per-message handlers and wake-ups (receive.py), bound: the servicer binds these in
+        # turn, so a call goes straight to them.
         self.AckMessage = self.calls.AckMessage
         self.ChangeInvisibleDuration = self.calls.ChangeInvisibleDuration
         self.notify_appended = self.calls.notify_appended
@@ -176,13 +176,11 @@ class ConsumeRpcs:
     # --- POP consumption. ------------------------------------------------------------------------
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        # Everything up to the replies is the compiled ConsumeCalls.receive; the replies come
-        # from a compiled Handout that gives each record's bytes back to the budget once gRPC
-        # has taken its message (replies.py).
+        # Everything up to the replies is ConsumeCalls.receive (receive.py); the replies come
+        # from a Handout that gives each record's bytes back to the budget once gRPC has taken
+        # its message (handout.py).
         replies = await self.calls.receive(request)
         try:
-            # ``take`` until None, not a for loop over an iterator: a compiled ``__next__`` ends
-            # by raising StopIteration, a traceback entry each receive (issue 17).
             while (reply := replies.take()) is not None:
                 yield reply
         finally:

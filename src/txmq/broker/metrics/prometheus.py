@@ -9,7 +9,7 @@ watermark when scraped (``txmq_disk_used_ratio``, ``txmq_disk_watermark_ratio``)
 consumer lag has its collector in lag.py.
 Why counted here and not by prometheus_client's Counter/Histogram: their ``inc``/``observe``
 cost four to six Python calls each, several per transaction (issue 17). Here a count is a
-plain number behind one lock (C work in the compiled build), and ``Metrics.collect`` turns them
+plain number behind one lock, and ``Metrics.collect`` turns them
 into the same series prometheus_client's classes expose (names, HELP, types, labels, ``_total``,
 ``_bucket``/``_count``/``_sum`` and ``_created`` samples) when scraped. A labelled series
 appears when first counted, as a prometheus_client child does.
@@ -197,7 +197,7 @@ class Metrics:
     def collect(self) -> list[Metric]:
         """The series prometheus_client's Counter, Gauge and Histogram exposed, in the order
         they were registered before. A list, not a generator: scrapes may run in several
-        threads, and the compiled build's generators are not used across threads (ADR 0007)."""
+        threads, and a list is built under the lock once, whatever thread reads it."""
         return [
             self._labelled(self.sends),
             _counter(
@@ -226,7 +226,7 @@ class Metrics:
 
 
 class _Collector(Collector):
-    """``Metrics.collect`` as the registry's collector (Metrics itself stays a native class)."""
+    """``Metrics.collect`` as the registry's collector (Metrics itself is no Collector subclass)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics

@@ -2,8 +2,8 @@
 
 Owns: routes (QueryRoute), client sessions (Heartbeat, Telemetry, NotifyClientTermination), and
 answers for what txmq does not do (RecallMessage, SyncLiteSubscription: UNSUPPORTED). The
-producer RPCs (SendMessage, EndTransaction) are ``produce_rpcs.ProduceRpcs``'s compiled
-handlers and the consumer RPCs the consumer side's (``consume.ConsumeRpcs``), both bound on the
+producer RPCs (SendMessage, EndTransaction) are ``produce.rpcs.ProduceRpcs``'s handlers
+and the consumer RPCs the consumer side's (``consume.ConsumeRpcs``), both bound on the
 servicer.
 Errors travel in each response's Status, never as gRPC status codes: every handler turns a
 TxmqError into its code and anything else into INTERNAL_ERROR with a message, logged with its
@@ -98,7 +98,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.GetOffset = consume.GetOffset
         self.QueryOffset = consume.QueryOffset
         self.membership = membership or Membership.solo(*endpoint, now_ms=now_ms)
-        # The producer RPCs are compiled handlers (produce_rpcs.py), bound here the same way.
+        # The producer RPCs are produce/rpcs.py's handlers, bound here the same way.
         self.produce = ProduceRpcs(
             topics=topics,
             clients=clients,

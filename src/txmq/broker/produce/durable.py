@@ -91,9 +91,7 @@ async def drive(steps: Steps[T], executor: Executor) -> T:
     loop = asyncio.get_running_loop()
     waiters: _Waiters | None = None
     result: list[T] = []
-    # The steps end as None from ``next(..., None)``, not as a StopIteration caught here: in a
-    # compiled frame, catching it costs a traceback entry and the saved exception state, ~4k
-    # instructions per RPC (issue 17, fourteenth pass); ``_into`` keeps the result.
+    # The steps end as None from ``next(..., None)``; ``_into`` keeps their result.
     boxed = _into(steps, result)
     pending = next(boxed, None)
     while pending is not None:

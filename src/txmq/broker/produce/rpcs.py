@@ -5,10 +5,8 @@ Owns: mapping each request at the edge (txmq.protocol.mapping), storing it throu
 the executor when it may block), the replication gate (``ack_gate``), waking long polls of what
 became deliverable, and the reply. Errors travel in the response's Status, never as gRPC
 status codes (a TxmqError as its code, anything else as INTERNAL_ERROR, logged).
-Why a module of its own: the servicer (server.py) stays interpreted, since gRPC inspects what
-it registers (decode.py registers a Python coroutine wrapping each unary handler); these
-handlers are plain coroutines that wrapper awaits, so they are compiled with mypyc
-(docs/adr/0007) and a send or a commit runs no interpreted frame of txmq's but decode's.
+Why a module of its own: the servicer (node/messaging.py) binds every RPC; the producer's
+handlers, from a request to the durable reply, belong with the send path they drive.
 Must not: hold state beyond its collaborators, or block the event loop.
 """
 

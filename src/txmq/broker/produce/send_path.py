@@ -21,7 +21,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from txmq import limits
 from txmq.broker.metrics.prometheus import Count, Metrics
@@ -48,42 +47,24 @@ from txmq.txn.coordinator import Transactions
 from txmq.txn.steps import Steps, run_blocking
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Sent:
-    message_id: Final[str]
-    transaction_id: Final[str]
-    topic: Final[str]
-    queue_id: Final[int]
+    message_id: str
+    transaction_id: str
+    topic: str
+    queue_id: int
     # -1 when the message is not in its topic's consume queue yet (half or delayed).
-    queue_offset: Final[int]
-
-    def __init__(
-        self,
-        message_id: str,
-        transaction_id: str,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-    ) -> None:
-        self.message_id = message_id
-        self.transaction_id = transaction_id
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
+    queue_offset: int
 
     @property
     def deliverable(self) -> bool:
         return self.queue_offset >= 0
 
 
-@dataclass(init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Decided:
-    outcome: Final[Outcome]
-    topic: Final[str]
-
-    def __init__(self, outcome: Outcome, topic: str) -> None:
-        self.outcome = outcome
-        self.topic = topic
+    outcome: Outcome
+    topic: str
 
 
 _PENDING = Exception("not stored yet")  # a placeholder send() replaces for every message

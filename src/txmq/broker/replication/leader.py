@@ -10,7 +10,7 @@ and ``Replication.acknowledge``, the gate every write passes before it is acknow
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
 that many in-sync replicas (ADR 0005).
 Must not: elect (leadership.py) or append shipped records (follower.py); hold the gRPC
-handlers (replica_rpcs.py: this module is compiled, docs/adr/0007).
+handlers (rpcs.py).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
 JSON header, then the records. Fetch takes ``{"follower", "incarnation"?, "from", "epoch", "last"?,

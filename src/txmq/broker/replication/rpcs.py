@@ -3,9 +3,7 @@
 Owns: ``add_replica``, the ``txmq.replica.v1.Replica`` service's handlers (replication.py's
 docstring has the calls and their framing), and ``answerer``, what answers one fetch request
 on any transport (Fetch, Follow, replica_wire.py).
-Must not: hold replication state. Interpreted: grpc.aio picks how to run a handler with
-``inspect.iscoroutinefunction`` / ``isasyncgenfunction``, False for compiled functions, and
-mypyc compiles no async generator (``follow``); replication.py is compiled (docs/adr/0007).
+Must not: hold replication state (leader.py does).
 """
 
 from __future__ import annotations

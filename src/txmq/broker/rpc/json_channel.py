@@ -41,7 +41,6 @@ def json_args(body: bytes) -> dict[str, Any]:
     return args
 
 
-
 def refusal(exc: Exception, method: str) -> dict[str, Any]:
     """The ``{"ok": false, ...}`` answer of a txmq-service method that raised ``exc``."""
     if isinstance(exc, OSError) and is_disk_full(exc):

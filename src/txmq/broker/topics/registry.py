@@ -20,7 +20,7 @@ from txmq.protocol.mapping import validate_topic
 from txmq.store.disk import Disk
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
     queue_count: int
@@ -78,8 +78,7 @@ class TopicRegistry:
         # Topics the broker itself needs: created on first use even when auto_create is off.
         self.implicit = implicit
         self.default_queues = default_queues
-        # A parameter, not read from limits at each create: compiled, the constant is folded
-        # into the code (docs/adr/0007), and a test bounds a registry to a few.
+        # A parameter, not read from limits at each create: a test bounds a registry to a few.
         self.topics_max = topics_max
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
