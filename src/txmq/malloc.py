@@ -88,8 +88,8 @@ def give_back_free() -> bool:
     Why: with ``keep_large_blocks`` each thread's arena keeps up to _TRIM_BYTES freed above
     what it uses. A one-off burst in a thread that then idles (the broker's open and recovery,
     run off the event loop) would keep its reads' buffers for the life of the process: 12
-    never-read receive streams peaked at 505-525 MiB that way instead of ~340 (issue 14's
-    bound, tests/integration/test_receive_memory.py). Call it after such a burst, not per request.
+    never-read receive streams peaked at 505-525 MiB that way instead of ~340 (the bound
+    tests/integration/test_receive_memory.py holds). Call it after such a burst, not per request.
     """
     libc = _libc()
     if libc is None:

@@ -76,7 +76,7 @@ class MessageType(enum.Enum):
     TRANSACTION = "transaction"
 
     # Members are singletons compared by identity: hashed by identity too (C), not by Enum's
-    # Python ``__hash__``, a frame per dict or set lookup on the send path (issue 17).
+    # Python ``__hash__``, a frame per dict or set lookup on the send path.
     __hash__ = object.__hash__
 
 
@@ -97,7 +97,7 @@ class Outcome(enum.Enum):
     ROLLED_BACK = "rolled_back"
 
     # Members are singletons compared by identity: hashed by identity too (C), not by Enum's
-    # Python ``__hash__``, a frame per dict or set lookup on the send path (issue 17).
+    # Python ``__hash__``, a frame per dict or set lookup on the send path.
     __hash__ = object.__hash__
 
 
@@ -110,7 +110,7 @@ class DecisionSource(enum.Enum):
     OPERATOR = "operator"
 
     # Members are singletons compared by identity: hashed by identity too (C), not by Enum's
-    # Python ``__hash__``, a frame per dict or set lookup on the send path (issue 17).
+    # Python ``__hash__``, a frame per dict or set lookup on the send path.
     __hash__ = object.__hash__
 
 
@@ -226,7 +226,7 @@ class Entry:
     """What dispatch needs of a record: consume-queue and index fields, no body.
 
     Produced by the writer (from the draft) and by recovery (``decode_entry``), so both paths
-    feed consume queues and the index the same values (format/record.py). """
+    feed consume queues and the index the same values (format/record.py)."""
 
     physical_offset: Final[int]
     size: Final[int]

@@ -14,7 +14,7 @@ Two forms. The flat one lists brokers; each is a group of one replica named as t
     name = "broker-0"
     endpoint = "127.0.0.1:8081"
 
-The grouped one lists groups of replicas (issue 19); one replica of each group leads, through
+The grouped one lists groups of replicas; one replica of each group leads, through
 etcd (``etcd`` here, or ``txmq broker --etcd``, which wins)::
 
     [cluster]

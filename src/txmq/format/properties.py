@@ -9,7 +9,7 @@ import json.scanner
 from typing import Any, Final
 
 # Made once: ``json.dumps`` with non-default separators builds a new JSONEncoder per call (~1.6 us
-# of its ~3.6 us per record, issue 17); the bytes are the same.
+# of its ~3.6 us per record); the bytes are the same.
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 # What ``JSONEncoder.encode`` builds per call (through ``iterencode(o, _one_shot=True)``), built
 # once with _ENCODER's settings: two Python frames and a C encoder object less per record (issue
@@ -40,7 +40,7 @@ _PLAIN: Final = bytes(c if 0x20 <= c <= 0x7E and c != 0x5C else 0x20 for c in ra
 
 # The C scanner ``json.loads`` ends in, made once: ``loads`` on bytes first guesses their
 # encoding (``detect_encoding``) and goes through ``JSONDecoder.decode`` and ``raw_decode``, four
-# Python frames per record read (issue 17). None where the C accelerator is missing.
+# Python frames per record read. None where the C accelerator is missing.
 _C_MAKE_SCANNER: Any = getattr(json.scanner, "c_make_scanner", None)  # not in typeshed
 _C_SCANNER: Final = _C_MAKE_SCANNER(json.JSONDecoder()) if _C_MAKE_SCANNER is not None else None
 
@@ -49,7 +49,7 @@ def properties_json(props: dict[str, str]) -> bytes:
     """``json.dumps(props, separators=(",", ":")).encode()``, byte for byte.
 
     Why by hand: the C encoder cost ~2.5k instructions a pair (a half's seven: 18k of ~0.81 M
-    per transaction, issue 17). When a join is exact: the encoder writes a ``str`` with nothing
+    per transaction). When a join is exact: the encoder writes a ``str`` with nothing
     to escape (printable ASCII but ``"`` and ``\\``) as itself in quotes, so for a str -> str
     mapping whose keys and values are all such, its output is ``{"k":"v",...}`` joined. Checked
     on the joined bytes: the join's own ``"`` are 4 a pair, so one more is inside a key or

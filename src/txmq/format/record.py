@@ -104,7 +104,7 @@ _PACK_HEAD: Final = _HEAD.pack
 _HEAD_FROM: Final = _HEAD.unpack_from
 _CRC: Final = crc32c.crc32c
 # Short u16 lengths packed once (a tuple index, not a pack call, per string field), and the
-# record joined straight into the bytearray ``place`` fills in, not joined then copied (issue 17).
+# record joined straight into the bytearray ``place`` fills in, not joined then copied.
 _U16_SHORT: Final = tuple(_U16.pack(n) for n in range(256))
 _BYTEARRAY_JOIN: Final = bytearray().join
 
@@ -156,7 +156,7 @@ def encode(draft: RecordDraft, *, queue_offset: int, store_timestamp_ms: int) ->
         props = properties_json(properties if type(properties) is dict else dict(properties))
     if len(props) > limits.PROPERTIES_SIZE_MAX:
         raise MessagePropertiesTooLargeError(len(props), limits.PROPERTIES_SIZE_MAX)
-    parts = (  # one join of a fixed tuple: no appends, no loop (issue 17)
+    parts = (  # one join of a fixed tuple: no appends, no loop
         _PACK_FIXED(draft.flag, 0, draft.queue_id, queue_offset, -1, draft.born_timestamp_ms,
                     store_timestamp_ms, draft.reconsume_times, draft.prepared_offset),
         _len16(topic), topic, _len16(host), host, _len16(message_id), message_id, _len16(tag), tag,
@@ -179,7 +179,7 @@ def place(buf: bytearray, physical_offset: int, *, batch_left: int = 0) -> bytes
     record: its head (size, magic, CRC) and ``buf``.
 
     Why the head apart: the CRC covers everything after it, so computed over ``buf`` itself it
-    needs no view or slice, and the head joined in front is the one copy out (issue 17)."""
+    needs no view or slice, and the head joined in front is the one copy out."""
     invariant(physical_offset >= 0, "negative physical offset")
     invariant(0 <= batch_left < 65536, "batch too long for a u16 count")
     if batch_left:  # ``encode`` wrote 0

@@ -66,7 +66,7 @@ WIRE_TYPES: Mapping[MessageType, int] = {
 }
 MODEL_TYPES: Mapping[int, MessageType] = {v: k for k, v in WIRE_TYPES.items()}
 # Native copies (a Final dict and ints, not a Mapping's method call or a module's attribute per
-# use; issue 17, fourteenth pass).
+# use).
 _MODEL_TYPES: Final[dict[int, MessageType]] = {int(k): v for k, v in MODEL_TYPES.items()}
 _GZIP: Final = int(pb.GZIP)
 _COMMIT: Final = int(pb.COMMIT)
@@ -74,7 +74,7 @@ _ROLLBACK: Final = int(pb.ROLLBACK)
 _SOURCE_SERVER_CHECK: Final = int(pb.SOURCE_SERVER_CHECK)
 # ``is_internal_property`` of the property names delivered lately: a name's answer never
 # changes, and a delivered message asks it for each of its properties; a dict's lookup, not a
-# call per property (issue 17).
+# call per property.
 _INTERNAL_SEEN: Final[dict[str, bool]] = {}
 
 
@@ -123,7 +123,7 @@ def delivery_timestamp_ms(ts: Any) -> int:
 
 def set_timestamp(ts: Any, ms: int) -> None:
     # Two stores of native ints (no divmod tuple, no read back of ``nanos``): ~2k fewer
-    # instructions, three times per delivered message (issue 17, thirteenth pass).
+    # instructions, three times per delivered message.
     ts.seconds = ms // 1000
     ts.nanos = ms % 1000 * 1_000_000
 
@@ -265,7 +265,7 @@ def _draft(
 ) -> RecordDraft:
     """``draft_from_wire`` with what its caller read already: ``sp`` is ``msg``'s system
     properties, ``body`` and ``message_id`` its fields. Each protobuf field is read once here:
-    a read is a call into upb that builds a new object (issue 17, fourteenth pass)."""
+    a read is a call into upb that builds a new object."""
     topic = validate_topic(msg.topic.name)
     if sp.body_encoding == _GZIP:
         # Bodies are stored and delivered as sent, marked IDENTITY: a compressed one would reach
@@ -370,7 +370,7 @@ def message_from_record(
     return msg
 
 
-# --- A delivered message straight to its reply's bytes (issue 17, thirteenth pass). -------------
+# --- A delivered message straight to its reply's bytes. -------------
 # ReceiveMessageResponse.message (2); in Message: topic (1), user_properties (2),
 # system_properties (3), body (4); Resource.name (2); a map entry's key (1) and value (2);
 # Digest.type (1), checksum (2); Timestamp/Duration seconds (1), nanos (2). SystemProperties'
@@ -399,7 +399,7 @@ def received_message_wire(
     """The bytes of a ReceiveMessageResponse carrying ``rec`` as ``message_from_record`` builds
     it with these arguments (the same message when parsed; tests/unit/test_protocol_wire.py),
     written directly: each protobuf field set from Python costs a call into upb, ~35k
-    instructions per message, and the reply is serialized once more after (issue 17)."""
+    instructions per message, and the reply is serialized once more after."""
     props = rec.properties
     sp = [_text(b"\x0a", rec.tag)]
     for key in rec.keys:
@@ -458,7 +458,7 @@ def send_reply_wire(entries: list[tuple[bytes, str, str, int]], status: bytes) -
     Status's bytes, message id, transaction id and queue offset, as protobuf writes them
     (status (1), then entries (2): status (1), message_id (2), transaction_id (3), offset (4));
     empty texts and a zero offset left out. Its fields set one by one from Python and then
-    serialized cost ~18k instructions per send (issue 17)."""
+    serialized cost ~18k instructions per send."""
     out = [_nested(b"\x0a", status)]
     for entry_status, message_id, transaction_id, offset in entries:
         entry = (

@@ -1,6 +1,6 @@
 """Protobuf's wire format written by hand: varints, length-delimited fields, timestamps and
 durations, for the replies ``protocol/mapping.py`` writes as bytes instead of building protobuf
-messages (issue 17: a field set from Python costs a call into upb, and the reply is serialized
+messages (a field set from Python costs a call into upb, and the reply is serialized
 once more after). Pure; tests/unit/test_protocol_wire.py compares with protobuf's own bytes.
 
 A length-delimited field's key is (number << 3) | 2, a varint's (number << 3) | 0.
@@ -19,7 +19,7 @@ def varint(n: int) -> bytes:
     bytes from two tables of one-byte strings; longer ones (a timestamp's seconds, a queue
     offset) as one int holding each 7 bits in a byte with the high bit of all but the last
     set, written out by one ``to_bytes``: a concatenation per byte cost ~1.8k instructions for
-    a timestamp's five (issue 17, fourteenth pass)."""
+    a timestamp's five."""
     if 0 <= n < 128:
         return ONE_BYTE[n]
     if n < 0:

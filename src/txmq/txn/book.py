@@ -71,7 +71,7 @@ class TxnState(enum.Enum):
     ROLLED_BACK = "rolled_back"
     DEAD = "dead"
 
-    __hash__ = object.__hash__  # by identity, as model.Outcome (issue 17)
+    __hash__ = object.__hash__  # by identity, as model.Outcome
 
 
 _TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {

@@ -3,7 +3,7 @@
 Owns: ``new_transaction_id``. Why a pool: ``os.urandom`` (and so ``uuid.uuid4``) makes a
 getrandom system call, which releases the GIL. On the broker's event loop every release lets the
 flusher or gRPC's poller thread take the GIL, and taking it back costs the loop a futex wait and
-a context switch (issue 17: one per prepared transaction). One call per
+a context switch (one per prepared transaction). One call per
 ``limits.TRANSACTION_ID_POOL_IDS`` ids makes that rare. The ids are as hard to guess as uuid4's
 (128 random bits, uuid4 has 122) and each pool byte is handed out once.
 Must not: hand out an id twice, also across a fork (the child refills its own pool).

@@ -152,7 +152,7 @@ def commit_draft(half: Record, source: DecisionSource, half_block: bytes = b"") 
 def _commit_block(half: bytes, source: DecisionSource) -> bytes:
     """The commit's properties block cut from its half's, as ``half_draft`` laid it out:
     ``{<sender's pairs>,RT,RQ,TID,PG,CID[,IMMUNITY]}`` becomes ``{<sender's>,TID,PG,CID,DS}``,
-    byte for byte ``properties_json`` of the commit's properties (issue 17: ~3k instructions
+    byte for byte ``properties_json`` of the commit's properties (~3k instructions
     against ~13k to encode them).
 
     Why a search finds the right place: in compact JSON every ``"`` inside a string is

@@ -156,7 +156,7 @@ class DeliveryBook:
         # Per (group, topic), the keys of ``books`` by queue id (None: no book): a receive or
         # an ack finds its keys here instead of building them (a namedtuple each, ~1.5k
         # instructions), and the very objects ``books`` holds, so its lookups compare keys by
-        # identity (issue 17, fourteenth pass). One entry per book: bounded as ``books`` is.
+        # identity. One entry per book: bounded as ``books`` is.
         self.keys: dict[tuple[str, str], list[QueueKey | None]] = {}
         self._seq = 0
 

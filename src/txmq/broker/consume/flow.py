@@ -25,7 +25,7 @@ class ByteBudget:
         self.held = 0
         self._freed = asyncio.Event()
         # Receives waiting in ``room``: ``give`` sets the event only for them (an Event.set is
-        # a Python call, and a receive gives back once per message; issue 17).
+        # a Python call, and a receive gives back once per message).
         self._waiting = 0
 
     async def room(self, timeout_s: float) -> int:

@@ -31,7 +31,7 @@ _LONGEST_BYTES = (
 )
 assert -(-4 * _LONGEST_BYTES // 3) <= limits.RECEIPT_HANDLE_LENGTH_MAX
 # URL-safe base64 without padding, straight through binascii: what base64.urlsafe_b64encode and
-# urlsafe_b64decode do, without their four Python frames per handle (issue 17).
+# urlsafe_b64decode do, without their four Python frames per handle.
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 # A handle's text to the standard alphabet: '-' and '_' to '+' and '/'; '+', '/' and '=', never
 # in a text we issue, to '!', which no base64 encoding contains, so such a text cannot equal
@@ -62,7 +62,7 @@ class ReceiptCodec:
         # BLAKE2s in its keyed (MAC) mode, keyed once; each tag copies the keyed state (the key
         # block already compressed). A tag is computed twice per delivered message (receive,
         # ack): ~4.8k instructions against ~16k for OpenSSL's HMAC-SHA256 by copying a keyed
-        # HMAC (issue 17, thirteenth pass). Handles do not outlive the run (a fresh secret
+        # HMAC. Handles do not outlive the run (a fresh secret
         # each start), so the tag's algorithm is this module's own choice.
         self._keyed = blake2s(key=secret, digest_size=_TAG_BYTES)
 

@@ -47,7 +47,7 @@ RETRY_MS: Final = 30_000
 DEFER_MS: Final = 1_000
 # If the preferred replica never took over, the old leader campaigns once the hold ends (its
 # key gone, or at worst expired with its lease); deferring adds DEFER_MS to a failover: both
-# within issue 19's 10 s failover bound.
+# within the 10 s failover bound the replication tests hold.
 assert TAKEOVER_MS + limits.REPLICA_LEASE_TTL_MS + limits.REPLICA_OBSERVE_PERIOD_MS <= 10_000
 assert DEFER_MS + limits.REPLICA_LEASE_TTL_MS + 2 * limits.REPLICA_OBSERVE_PERIOD_MS <= 10_000
 

@@ -8,7 +8,7 @@ watermark when scraped (``txmq_disk_used_ratio``, ``txmq_disk_watermark_ratio``)
 (``txmq_store_damaged_records``, ``txmq_store_queues_rebuilt``, ``txmq_store_scrub_passes``);
 consumer lag has its collector in lag.py.
 Why counted here and not by prometheus_client's Counter/Histogram: their ``inc``/``observe``
-cost four to six Python calls each, several per transaction (issue 17). Here a count is a
+cost four to six Python calls each, several per transaction. Here a count is a
 plain number behind one lock, and ``Metrics.collect`` turns them
 into the same series prometheus_client's classes expose (names, HELP, types, labels, ``_total``,
 ``_bucket``/``_count``/``_sum`` and ``_created`` samples) when scraped. A labelled series

@@ -87,7 +87,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.now_ms = now_ms
         self.consume = consume
         # The consumer RPCs are the consumer side's own handlers, bound here: no delegating
-        # frame (or, for a stream, a re-yielding generator) per call (issue 17).
+        # frame (or, for a stream, a re-yielding generator) per call.
         self.QueryAssignment = consume.QueryAssignment
         self.ReceiveMessage = consume.ReceiveMessage
         self.AckMessage = consume.AckMessage

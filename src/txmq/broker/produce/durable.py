@@ -65,7 +65,7 @@ _waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = (
 
 
 # The last loop's: a broker runs one loop, and ``WeakKeyDictionary.get`` is a Python call
-# (twice per transaction; issue 17). It keeps that one loop alive until another loop drives.
+# (twice per transaction). It keeps that one loop alive until another loop drives.
 _last: _Waiters | None = None
 
 

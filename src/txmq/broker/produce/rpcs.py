@@ -92,7 +92,7 @@ class ProduceRpcs:
     def _send_reply(self, messages: Any, outcomes: list[Sent | Exception], cid: str) -> bytes:
         """The reply's bytes (mapping.send_reply_wire; decode.py's serializer passes them
         through): an entry per message, the top status OK or the first entry's failure.
-        Written directly, not filled in as a protobuf message and serialized after (issue 17).
+        Written directly, not filled in as a protobuf message and serialized after.
         ``messages`` (the request's) is read only for a refused message's id."""
         entries: list[tuple[bytes, str, str, int]] = []
         top: bytes | None = None

@@ -14,7 +14,7 @@ signature, the server's handler dispatch). In isolation (grpc.aio on uvloop, a 3
 2026-11-27): a unary round trip ~440 us and ~500 us of CPU on both sides together, a message
 each way on an open stream ~160 us and ~215 us. The stream keeps the unary call's rounds (no
 push, no second request in flight: what the reverted streaming Fetch of 2026-11-23 changed),
-so the rounds per acknowledged write stay as they were (docs/benchmarks.md, issue 19).
+so the rounds per acknowledged write stay as they were (docs/benchmarks.md).
 """
 
 from __future__ import annotations

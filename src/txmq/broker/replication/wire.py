@@ -11,11 +11,11 @@ and peer-name checks, ADR 0005, are not on this port: such a group keeps the ``F
 stream), or decide what a reply means (follower.py does, as for the stream's).
 
 Why: a round is on the path of every SYNC acknowledgement; on a grpc.aio stream a round trip
-costs each side ~105-129 us of CPU, on uvloop's TCP streams 23-35 us (docs/benchmarks.md,
-issue 19, 2026-11-27). Both ends are a small ``asyncio.Protocol`` (``_Frames``) rather than
+costs each side ~105-129 us of CPU, on uvloop's TCP streams 23-35 us (docs/benchmarks.md).
+Both ends are a small ``asyncio.Protocol`` (``_Frames``) rather than
 asyncio's StreamReader/StreamWriter, whose Python (feed_data, readexactly twice, the waiter,
 drain) ran per round on each side, and a follower's round waits on one future with one timer
-(``waiters.wait``) rather than inside ``asyncio.timeout`` (issue 19, 2026-11-27 evening).
+(``waiters.wait``) rather than inside ``asyncio.timeout``.
 """
 
 from __future__ import annotations
