@@ -458,6 +458,19 @@ DASHBOARD_PAGE_ROWS_MAX: Final = 200
 # Cluster members one dashboard watches (given with --endpoints or found through ClusterInfo);
 # each costs an admin call per sample period and a ring of samples.
 DASHBOARD_MEMBERS_MAX: Final = 64
+# Signed-in sessions one client address may hold: a person with a few browsers fits, one
+# local account cannot fill the whole table.
+DASHBOARD_SESSIONS_PER_ADDRESS_MAX: Final = 32
+# Anonymous sessions (visitors holding only form tokens); the oldest is dropped when full.
+DASHBOARD_ANONYMOUS_SESSIONS_MAX: Final = 4096
+# Form tokens one session holds (pages opened and not yet submitted); the oldest go first.
+DASHBOARD_TOKENS_PER_SESSION_MAX: Final = 64
+# Sign-in attempts per client address per window (sessions.SIGN_IN_WINDOW_S).
+DASHBOARD_SIGN_IN_ATTEMPTS_MAX: Final = 10
+# Client addresses whose sign-in attempts are counted; new ones are refused when full.
+DASHBOARD_SIGN_IN_ADDRESSES_MAX: Final = 4096
+# --form-ttl-s at most: a confirmation older than an hour is not one a person just read.
+DASHBOARD_FORM_TTL_S_MAX: Final = 3600.0
 
 # --- Demo. ----------------------------------------------------------------------------------------
 # Asking the broker for each missing order's DLQ copy costs one call per order: the demo's settle

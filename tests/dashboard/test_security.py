@@ -27,7 +27,7 @@ from txmq.client.admin import call
 from txmq.dashboard.background import dashboard_process
 from txmq.dashboard.guard import CSP
 from txmq.dashboard.link import Credentials
-from txmq.dashboard.sessions import SIGN_IN_ATTEMPTS_MAX
+from txmq.limits import DASHBOARD_SIGN_IN_ATTEMPTS_MAX as SIGN_IN_ATTEMPTS_MAX
 
 OPS = Credentials("ops", "ops-secret-0123456789abcdef")
 READER = Credentials("reader", "reader-secret-0123456789")

@@ -94,7 +94,7 @@ class Reader:
                     f"README server in '{block.section}' not ready on {wanted} "
                     f"(exit {proc.poll()}):\n{block.code}\n{log.read_text()[-4000:]}"
                 )
-            time.sleep(0.2)
+            time.sleep(0.2)  # sleep: poll interval of a bounded wait for the port to accept
 
     def stop_servers(self, keep: int = 0) -> None:
         """SIGTERM to each server's process group past the first ``keep`` (newest first), then

@@ -27,7 +27,6 @@ DASHBOARD_LISTEN_BACKLOG = 128
 HOST_NAME = re.compile(
     r"[A-Za-z0-9._-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?|[0-9A-Fa-f:.]+"
 )
-FORM_TTL_S_MAX = 3600.0
 
 
 @click.command(short_help="Serve the web dashboard.")
@@ -54,7 +53,7 @@ FORM_TTL_S_MAX = 3600.0
     "--form-ttl-s",
     default=FORM_TTL_S,
     show_default=True,
-    type=click.FloatRange(0.0, FORM_TTL_S_MAX, min_open=True),
+    type=click.FloatRange(0.0, limits.DASHBOARD_FORM_TTL_S_MAX, min_open=True),
     help="Seconds a confirmation page or the sign-in form stays usable.",
 )
 @click.option(

@@ -5,14 +5,16 @@ Owns: ``Sessions``, two bounded tables keyed by a random cookie value.
 - A *signed-in* session holds the admin credentials a person typed, after the broker accepted
   them (actions.py). The table never pushes a live session out: a new one is refused when the
   table is full (after dropping expired ones) or when the person's address already holds
-  ``SESSIONS_PER_ADDRESS_MAX``. A session ends when signed out, idle for ``SESSION_IDLE_S``, or
+  ``limits.DASHBOARD_SESSIONS_PER_ADDRESS_MAX``. A session ends when signed out, idle for
+  ``SESSION_IDLE_S``, or
   ``SESSION_LIFETIME_S`` after it began.
 - An *anonymous* session holds only the tokens of the forms shown to a visitor who has not
   signed in (the sign-in form; confirmations on a broker without ACL). When that table is full
   its oldest entry is dropped: the cost is one "try again" for that visitor, never a sign-out.
 A token is random (``secrets``), bound to one session, one action and one target, valid for
 ``ttl_s`` and usable once (redeeming removes it). A session keeps at most
-``TOKENS_PER_SESSION_MAX`` (its oldest dropped first). The sign-out form carries the session's
+``limits.DASHBOARD_TOKENS_PER_SESSION_MAX`` (its oldest dropped first). The sign-out form carries
+the session's
 own ``form_key`` instead, so a page left open for an hour can still sign out.
 ``AttemptLimit``: sign-in attempts per client address in a sliding window, in a bounded table
 that refuses new addresses when full of recent ones (an attacker with many source addresses is
@@ -34,15 +36,10 @@ from txmq import limits
 from txmq.dashboard.link import Credentials
 from txmq.errors import TxmqError, invariant
 
-SESSIONS_PER_ADDRESS_MAX = 32
 SESSION_IDLE_S = 3600.0
 SESSION_LIFETIME_S = 12 * 3600.0
-ANONYMOUS_SESSIONS_MAX = 4096
-TOKENS_PER_SESSION_MAX = 64
 FORM_TTL_S = 300.0
-SIGN_IN_ATTEMPTS_MAX = 10
 SIGN_IN_WINDOW_S = 60.0
-SIGN_IN_ADDRESSES_MAX = 4096
 
 Clock = Callable[[], float]
 
@@ -75,8 +72,8 @@ class Sessions:
         *,
         ttl_s: float = FORM_TTL_S,
         signed_max: int = limits.DASHBOARD_SESSIONS_MAX,
-        per_address_max: int = SESSIONS_PER_ADDRESS_MAX,
-        anonymous_max: int = ANONYMOUS_SESSIONS_MAX,
+        per_address_max: int = limits.DASHBOARD_SESSIONS_PER_ADDRESS_MAX,
+        anonymous_max: int = limits.DASHBOARD_ANONYMOUS_SESSIONS_MAX,
         clock: Clock = time.monotonic,
     ) -> None:
         invariant(ttl_s > 0, "a form stays valid for a positive time")
@@ -151,7 +148,9 @@ class Sessions:
     def issue(self, session: Session, action: str, target: str) -> str:
         token = secrets.token_urlsafe(32)
         session.tokens[token] = Pending(action, target, self.clock() + self.ttl_s)
-        while len(session.tokens) > TOKENS_PER_SESSION_MAX:  # bounded: one over at most
+        while (
+            len(session.tokens) > limits.DASHBOARD_TOKENS_PER_SESSION_MAX
+        ):  # bounded: one over at most
             session.tokens.popitem(last=False)
         return token
 
@@ -179,9 +178,9 @@ class AttemptLimit:
     def __init__(
         self,
         *,
-        attempts_max: int = SIGN_IN_ATTEMPTS_MAX,
+        attempts_max: int = limits.DASHBOARD_SIGN_IN_ATTEMPTS_MAX,
         window_s: float = SIGN_IN_WINDOW_S,
-        addresses_max: int = SIGN_IN_ADDRESSES_MAX,
+        addresses_max: int = limits.DASHBOARD_SIGN_IN_ADDRESSES_MAX,
         clock: Clock = time.monotonic,
     ) -> None:
         invariant(attempts_max > 0 and window_s > 0, "a limit allows something")
