@@ -49,6 +49,7 @@ SPARK_SESSION_MODULES = frozenset(
         "cluster_sink",
         "cluster_source",
         "failover",
+        "grown_topic",
         "pipeline",
         "stream_crash",
     )
