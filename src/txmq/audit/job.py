@@ -30,7 +30,7 @@ PARQUET_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Topic:
     """Where the messages are: the broker (any member of a cluster) and the source options
     that carry the security choice."""

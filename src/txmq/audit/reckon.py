@@ -122,7 +122,7 @@ def duplicate_condition() -> Any:
     return (F.col("copies") > 1) & (F.col("copies_in") > 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Discrepancies:
     """One DataFrame per kind, unordered (``ORDER`` names the time column examples are taken
     in order of: the oldest first)."""

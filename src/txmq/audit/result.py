@@ -24,7 +24,7 @@ EXIT_CONSISTENT: Final = 0
 EXIT_INCONSISTENT: Final = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Bucket:
     """Rows and messages stored in ``[start_ms, start_ms + bucket minutes)``."""
 
@@ -33,7 +33,7 @@ class Bucket:
     messages: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpenTransaction:
     """A transaction of the topic still undecided (or dead: rolled back at max checks, an
     operator may still resolve it) on one broker."""

@@ -33,7 +33,7 @@ _PROPERTY_RE: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
 _JSON_PATH_RE: Final = re.compile(rf"^{_FIELD}(\.{_FIELD})*$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Match:
     """``kind`` is "key" (the message's first key), "property" (the user property ``name``)
     or "json" (the field ``name`` of a JSON body, dots walking into objects)."""
@@ -119,7 +119,7 @@ def parse_time_ms(raw: str, flag: str, *, now_ms: int) -> int:
     return int(parsed.timestamp() * 1000)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Window:
     """Rows and messages stored in ``[since_ms, until_ms)`` are audited (None: unbounded); a
     row's message, or a message's row, is looked for ``grace_ms`` beyond either end."""
@@ -185,7 +185,7 @@ SYSTEM_JARS: Final = Path("/usr/share/java")
 _URL_RE: Final = re.compile(r"^jdbc:([a-z0-9]+):\S+$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Jdbc:
     """Where the table is: the URL, the driver class and the jars that hold it."""
 
@@ -257,7 +257,7 @@ def _check_sqlite_file(url: str) -> None:
 # --- The whole request. -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AuditSpec:
     """Everything ``txmq audit`` was asked, checked."""
 

@@ -38,7 +38,7 @@ wide_option = click.option(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Col:
     """A table column. ``ident``: it holds names, endpoints or ids (kept on one line while
     the width allows); ``wide``: only ``--wide`` shows it; ``justify``: "right" for figures."""

@@ -48,7 +48,7 @@ class SessionsFullError(TxmqError):
     """No room for another signed-in session (the whole table, or this address's share)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pending:
     action: str
     target: str
