@@ -82,7 +82,7 @@ def view_methods(parts: Parts, record_json: RecordJson) -> dict[str, Callable[..
         name = str(a["group"])
         found = [g for g in parts.lag.lags() if g.group == name]
         if not found:
-            raise ConsumerGroupNotFoundError(f"consumer group {name!r} is unknown to this broker")
+            raise ConsumerGroupNotFoundError(name)
         dlq = DLQ_PREFIX + name
         dlq_size, dlq_messages = 0, []
         if parts.topics.exists(dlq):
