@@ -368,8 +368,10 @@ CLUSTER_LEADERS_PERIOD_MS: Final = 1_000
 # is down near idle, and bounds how long after etcd returns the group leads again.
 COORDINATION_RETRY_FIRST_MS: Final = 250
 COORDINATION_RETRY_MAX_MS: Final = 2_000
-# The same coordination error is logged at most once per this period, then with a count.
+# The same coordination error is logged at most once per this period, then with a count;
+# counts are kept for this many distinct errors at once (a retry may fail in turns).
 COORDINATION_LOG_PERIOD_MS: Final = 10_000
+COORDINATION_LOG_TEXTS_MAX: Final = 8
 # Bytes one follower fetch ships (whole batches, so a little more when a batch straddles it):
 # large enough that a catching-up follower moves ~tens of MiB/s at a fetch per few ms, small
 # enough to hold in memory once per follower.
@@ -393,6 +395,11 @@ REPLICA_INLINE_RECORDS_MAX: Final = 64
 # SLAVE_PERSISTENCE_TIMEOUT (stored on the leader, not acknowledged); longer than a follower
 # needs to drop out of the in-sync set, so a dead follower costs one slow write, not a refusal.
 REPLICA_ACK_TIMEOUT_MS: Final = 5_000
+# A call with a deadline of its own (the official clients' sends and decisions carry 3 s) is
+# refused this long before it (or a tenth of what is left, if more), so the caller reads the
+# refusal and its message, not DEADLINE_EXCEEDED: time for the reply's way back, through a
+# follower's forwarding hop too.
+REPLICA_ACK_MARGIN_MS: Final = 250
 # A waiting SYNC ack looks at the in-sync set again this often even when no fetch woke it (a
 # follower may have left the set, which lowers what the ack waits for).
 REPLICA_ACK_RECHECK_MS: Final = 500

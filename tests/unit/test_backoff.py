@@ -38,13 +38,19 @@ def test_a_repeated_failure_is_logged_once_per_period_with_a_count(
             "etcd: lease/grant failed: connection refused (1000 times in the last 10.0 s)"
         )
         r.failed("lease/grant failed: connection refused")
-        r.failed("kv/range failed: timed out")  # another error: the count so far, then it
+        r.failed("kv/range failed: timed out")  # another error: logged at once
+        r.failed("lease/grant failed: connection refused")  # failures in turns: each counted
+        r.failed("kv/range failed: timed out")
         assert [m.getMessage() for m in caplog.records[-2:]] == [
-            "etcd: lease/grant failed: connection refused, 1 times more in the last 0.0 s",
+            "etcd: lease/grant failed: connection refused (1000 times in the last 10.0 s)",
             "etcd: kv/range failed: timed out",
         ]
-        r.succeeded()
-        assert caplog.records[-1].getMessage() == "etcd: answered again after 1003 failed tries"
+        r.succeeded()  # the counts not yet said, then the recovery
+        assert [m.getMessage() for m in caplog.records[-3:]] == [
+            "etcd: lease/grant failed: connection refused, 2 times more in the last 0.0 s",
+            "etcd: kv/range failed: timed out, 1 times more in the last 0.0 s",
+            "etcd: answered again after 1005 failed tries",
+        ]
         count = len(caplog.records)
         r.succeeded()  # nothing failed since: nothing to say
         assert len(caplog.records) == count

@@ -203,6 +203,27 @@ def test_backoff_delays_are_jittered_within_the_upper_half_of_their_bound() -> N
     assert low.retry_ms == FIRST // 2  # never sooner than half the bound
 
 
+def test_a_replica_heard_by_neither_etcd_nor_a_leader_for_a_lease_is_isolated() -> None:
+    """ADR 0006, "a replica cut off": such a replica closes its client port."""
+    e = Election("r1")
+    assert e.isolated(0, None)  # nothing heard yet
+    e.observed(100, Leader("r0", "h:1", 5))
+    assert not e.isolated(100 + TTL, None)
+    assert e.isolated(100 + TTL + 1, None)
+    e.unreachable(100 + TTL + 1)  # failures are not contact
+    assert e.isolated(100 + TTL + 1, None)
+    assert not e.isolated(100 + TTL + 1, leader_answered_ms=2_000)  # its leader answers
+    assert e.isolated(2_000 + TTL + 1, 2_000)
+    # Contact from before ``since_ms`` does not count: a leader whose lease lapsed while cut
+    # off from etcd heard etcd within a TTL, but must hear it again before it serves.
+    assert e.isolated(200, None, since_ms=150)
+    e.kept_alive(300, 0, None)  # any answer of etcd, even about a lease it no longer holds
+    assert not e.isolated(400, None, since_ms=150)
+    leader = Election("r0")
+    _lead(leader, 0)
+    assert not leader.isolated(10, None, since_ms=5)  # it leads: etcd answered within its lease
+
+
 def test_etcd_unreachable_keeps_a_leader_only_until_its_own_deadline() -> None:
     e = Election("r0")
     _lead(e, 0)

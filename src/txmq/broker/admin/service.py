@@ -197,7 +197,8 @@ def add_admin(server: Any, parts: Parts, service: Any) -> None:
                     raise BadRequestError("request body must be a JSON object")
                 result = await service.run(fn, args)
                 if name in _WRITES_LOG and service.ack_gate is not None:
-                    await service.ack_gate()  # a replica group's leader: SYNC, and fenced
+                    # A replica group's leader: SYNC, and fenced; refused within the deadline.
+                    await service.ack_gate(context.time_remaining())
                 return channels.frame({"ok": True, **result})
             except Exception as exc:
                 return channels.frame(refusal(exc, fn.__name__))

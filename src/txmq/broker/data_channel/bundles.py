@@ -93,7 +93,7 @@ def add_bundles(server: Any, parts: Parts, service: Any) -> None:
             client_id = str(meta.get("x-mq-client-id", ""))
             header = await service.run(prepare_bundle, parts, body, next(round_robin), client_id)
             if service.ack_gate is not None:  # a replica group's leader: SYNC, and fenced
-                await service.ack_gate()
+                await service.ack_gate(context.time_remaining())
             return channels.frame(header)
         except Exception as exc:
             return channels.frame(refusal(exc, _METHOD))

@@ -51,8 +51,9 @@ class Backoff:
 
 class Repeats:
     """Log a failure at once, then the same failure again at most once per ``period_ms``,
-    saying how many times it happened since it was last logged; and, once the call succeeds
-    again, one line saying how many tries failed."""
+    saying how many times it happened since it was last logged (failures that alternate are
+    counted each apart, for up to COORDINATION_LOG_TEXTS_MAX texts); and, once the call
+    succeeds again, one line saying how many tries failed."""
 
     def __init__(
         self,
@@ -63,46 +64,48 @@ class Repeats:
         level: int = logging.WARNING,
     ) -> None:
         self.logger = logger
-        self.level = level
         self.what = what
         self.clock = clock
         self.period_ms = period_ms
+        self.level = level
         self.failures = 0  # in a row
-        self._text = ""  # the failure last logged
-        self._said_ms = 0
-        self._unsaid = 0  # times it happened again since
+        # Each failure text logged: [when it was last logged, times it happened since].
+        self._seen: dict[str, list[int]] = {}
 
     def failed(self, text: str) -> None:
         now = self.clock()
         self.failures += 1
-        if text == self._text:
-            if now - self._said_ms < self.period_ms:
-                self._unsaid += 1
-                return
-            self.logger.log(
-                self.level, "%s: %s (%d times in the last %.1f s)", self.what, text,
-                self._unsaid + 1,
-                (now - self._said_ms) / 1000,
-            )  # fmt: skip
-            self._said_ms, self._unsaid = now, 0
+        seen = self._seen.get(text)
+        if seen is not None and now - seen[0] < self.period_ms:
+            seen[1] += 1
             return
-        self._flush(now)
-        self.logger.log(self.level, "%s: %s", self.what, text)
-        self._text, self._said_ms = text, now
-
-    def _flush(self, now: int) -> None:
-        if self._unsaid:
+        if seen is not None:
             self.logger.log(
-                self.level, "%s: %s, %d times more in the last %.1f s", self.what, self._text,
-                self._unsaid,
-                (now - self._said_ms) / 1000,
+                self.level, "%s: %s (%d times in the last %.1f s)", self.what, text, seen[1] + 1,
+                (now - seen[0]) / 1000,
             )  # fmt: skip
-        self._unsaid = 0
+            seen[:] = [now, 0]
+            return
+        if len(self._seen) >= limits.COORDINATION_LOG_TEXTS_MAX:
+            oldest = min(self._seen, key=lambda t: self._seen[t][0])
+            self._flush(oldest, now)
+        self.logger.log(self.level, "%s: %s", self.what, text)
+        self._seen[text] = [now, 0]
+
+    def _flush(self, text: str, now: int) -> None:
+        """Say how many times ``text`` happened since it was logged (if any), and forget it."""
+        said, unsaid = self._seen.pop(text)
+        if unsaid:
+            self.logger.log(
+                self.level, "%s: %s, %d times more in the last %.1f s", self.what, text, unsaid,
+                (now - said) / 1000,
+            )  # fmt: skip
 
     def succeeded(self) -> None:
         if not self.failures:
             return
-        self._flush(self.clock())
+        now = self.clock()
+        for text in list(self._seen):
+            self._flush(text, now)
         self.logger.info("%s: answered again after %d failed tries", self.what, self.failures)
         self.failures = 0
-        self._text = ""

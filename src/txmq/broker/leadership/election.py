@@ -83,6 +83,7 @@ class Election:
         # ``rand`` draws the delays' jitter (injected: this module reads no clock or entropy).
         self.backoff = Backoff(rand)
         self.retry_ms = 0
+        self.heard_ms: int | None = None  # when etcd last answered a call of this replica
         # The group's in-sync set as etcd stored it when the leader key was last read (None:
         # no set stored, a fresh group or ASYNC replication: every replica may campaign).
         self.insync: list[Member] | None = None
@@ -110,6 +111,20 @@ class Election:
             and lease is not None
             and leader.lease == lease
         )
+
+    def isolated(self, now_ms: int, leader_answered_ms: int | None, since_ms: int = 0) -> bool:
+        """This replica should not serve clients now (ADR 0006, "a replica cut off"): it does
+        not lead, and neither etcd nor a live leader answered it since ``since_ms`` and within
+        the last lease TTL (``leader_answered_ms``: when a leader last answered its fetch; a
+        leader answers only while it leads by its own clock). It may then know no leader, or
+        one that is gone, and cannot learn the new one: a client it serves waits for nothing."""
+        if self.leads(now_ms):
+            return False
+        heard = max(
+            -1 if self.heard_ms is None else self.heard_ms,
+            -1 if leader_answered_ms is None else leader_answered_ms,
+        )
+        return heard < since_ms or now_ms - heard > self.ttl_ms
 
     def may_acknowledge(self, now_ms: int) -> bool:
         """A write may be acknowledged as this group's now: we lead by ``leads``."""
@@ -169,7 +184,7 @@ class Election:
     def granted(self, sent_ms: int, lease_id: int, ttl_ms: int) -> None:
         """etcd granted lease ``lease_id`` for ``ttl_ms`` to a request sent at ``sent_ms``."""
         invariant(ttl_ms > 0, "a granted lease has a TTL")
-        self.backoff.reset()
+        self._heard(sent_ms)
         self.lease_id = lease_id
         self._extend(sent_ms, ttl_ms)
 
@@ -177,6 +192,7 @@ class Election:
         """A keepalive of ``lease_id`` sent at ``sent_ms`` was answered with ``ttl_ms`` (0: the
         lease is gone). An answer about another lease than the one held now (ours lapsed while
         the keepalive was on its way) changes nothing."""
+        self._heard(sent_ms)
         if lease_id != self.lease_id:
             return
         if ttl_ms <= 0:
@@ -195,7 +211,15 @@ class Election:
             self._lapse()  # our key is gone or someone else's: etcd expired our lease
         self.leader = leader
         self.observed_ms = now_ms
+        self._heard(now_ms)
+
+    def answered(self, now_ms: int) -> None:
+        """etcd answered another call of this replica (its entry in the replica list)."""
+        self._heard(now_ms)
+
+    def _heard(self, now_ms: int) -> None:
         self.backoff.reset()
+        self.heard_ms = now_ms if self.heard_ms is None else max(self.heard_ms, now_ms)
 
     def unreachable(self, now_ms: int) -> None:
         """etcd did not answer (refused, timed out, failed): no step until a backoff delay
@@ -354,6 +378,25 @@ class InSync:
             for n, f in self.followers.items()
             if now_ms - f.caught_up_ms <= self.lag_max_ms
         ]
+
+    def missing(self, end: int, min_insync: int, now_ms: int) -> list[str]:
+        """The followers a write up to ``end`` waits for, for a refusal's message: with a
+        stored set, each stored member that does not hold it, and how many more replicas the
+        set lacks; else each follower that does not hold it, or that does but is out of sync."""
+        if self.stored is not None:
+            out = sorted(
+                m[0] if self.current(m) else f"{m[0]} (its data directory started anew)"
+                for m in self.stored
+                if self.holds(m) < end
+            )
+            short = min_insync - 1 - len(self.stored)
+            return [*out, f"{short} more in-sync replica(s)"] if short > 0 else out
+        live = set(self.members(now_ms))
+        return sorted(
+            n if n in live else f"{n} (out of sync)"
+            for n, f in self.followers.items()
+            if f.fetched_to < end or n not in live
+        )
 
     def members(self, now_ms: int) -> list[str]:
         return [n for n, _ in self.live(now_ms)]

@@ -147,6 +147,12 @@ class Leadership:
         with self.lock:
             return self.election.may_acknowledge(self.clock())
 
+    def isolated(self, leader_answered_ms: int | None, since_ms: int = 0) -> bool:
+        """``Election.isolated`` now: no etcd answer and no live leader's since ``since_ms``
+        and within a lease TTL."""
+        with self.lock:
+            return self.election.isolated(self.clock(), leader_answered_ms, since_ms)
+
     def _lost(self) -> None:
         """etcd said our lease is gone (from the keepalive thread): wake the loop's watchers."""
         loop = self._loop
@@ -292,6 +298,8 @@ class Leadership:
                 log.warning("replica entry %s holds no endpoint: %r", key, kv.value[:80])
         found[me] = self.endpoint
         self.replicas = found
+        with self.lock:
+            self.election.answered(self.clock())
 
     def store_insync(
         self, followers: list[Member], epoch: int, confirmed: Confirmed | None = None

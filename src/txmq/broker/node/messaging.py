@@ -110,12 +110,12 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.EndTransaction = self.produce.EndTransaction
 
     @property
-    def ack_gate(self) -> Callable[[], Awaitable[None]] | None:
+    def ack_gate(self) -> Callable[[float | None], Awaitable[None]] | None:
         """Replication (replication.py): every write passes this before it is acknowledged."""
         return self.produce.ack_gate
 
     @ack_gate.setter
-    def ack_gate(self, gate: Callable[[], Awaitable[None]] | None) -> None:
+    def ack_gate(self, gate: Callable[[float | None], Awaitable[None]] | None) -> None:
         self.produce.ack_gate = gate
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

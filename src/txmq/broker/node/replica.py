@@ -55,6 +55,9 @@ _PROMOTION_GRACE_S = 0.1
 # preferred replica answered its fetch as leader (gRPC's first reconnect backoff,
 # 1 s +-20 %, and the official client's own retry delay).
 _HAND_BACK_CLIENTS_S = 2.0
+# How often a follower whose port is closed (cut off from etcd and its leader) looks for an
+# answer from either, to open it again.
+_CLOSED_LOOK_S = 0.1
 _MESSAGE_SIZES = (
     ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
     ("grpc.max_send_message_length", limits.GRPC_MESSAGE_SIZE_MAX),
@@ -203,7 +206,6 @@ async def _follow(
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
     peers = peer_security(config, acl)
     membership.security = peers
-    credentials = server_credentials(config)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_data_dir(config.data_dir)
     try:
@@ -218,32 +220,95 @@ async def _follow(
             "forwarding": forwarder.open_calls,
             "preferred": leadership.handback.preferred,
         }
-        watcher: asyncio.Task[None] | None = None
+        done = asyncio.Event()
         following = asyncio.create_task(follower.run(stop))
+        watcher = asyncio.create_task(forwarder.watch(done))
         try:
             await _after_hand_back(leadership, follower, following, stop)
-            server = _follower_server(config, follower, membership, forwarder, acl)
-            port = bind(server, config, config.port, credentials)
-            await server.start()
-            ready(port)
-            done = asyncio.Event()
-            watcher = asyncio.create_task(forwarder.watch(done))
-            try:
-                await following
-            finally:
-                done.set()
-                promoted = not stop.is_set()
-                await server.stop(grace=_PROMOTION_GRACE_S if promoted else _SHUTDOWN_GRACE_S)
-                log.info("follower's port closed%s", " to lead" if promoted else "")
+            port = _Port(config, follower, membership, forwarder, acl)
+            await port.serve(leadership, following, stop, ready)
         finally:
+            done.set()
             following.cancel()
-            await asyncio.gather(following, return_exceptions=True)
-            if watcher is not None:
-                await asyncio.gather(watcher, return_exceptions=True)
+            await asyncio.gather(following, watcher, return_exceptions=True)
             forwarder.close()
             follower.close()
     finally:
         os.close(lock_fd)
+
+
+class _Port:
+    """A follower's client port, open only while the replica is in contact (ADR 0006, "a
+    replica cut off"): etcd or a live leader answered it since it began following and within
+    a lease TTL. Cut off from both, it may know no leader or a dead one and cannot learn the
+    new one; with its port closed, a client's connection to it ends and the client's gRPC
+    channel dials the next address of the route, a replica that can serve it."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        follower: Follower,
+        membership: Membership,
+        forwarder: Forwarder,
+        acl: Acl | None,
+    ) -> None:
+        self.config = config
+        self.follower = follower
+        self.membership = membership
+        self.forwarder = forwarder
+        self.acl = acl
+        self.credentials = server_credentials(config)
+
+    def _isolated(self, leadership: Leadership, since_ms: int) -> bool:
+        return leadership.isolated(self.follower.fetched_ms or None, since_ms)
+
+    async def serve(
+        self,
+        leadership: Leadership,
+        following: asyncio.Task[None],
+        stop: asyncio.Event,
+        ready: Callable[[int], None],
+    ) -> None:
+        """Until ``following`` ends (promoted, or ``stop``): open the port while in contact,
+        close it while cut off, looking every observe period while open."""
+        period_s = limits.REPLICA_OBSERVE_PERIOD_MS / 1000
+        since = leadership.clock()  # contact from before this follow does not count
+        said = False
+        while not following.done() and not stop.is_set():
+            if self._isolated(leadership, since):
+                if not said and leadership.clock() - since > leadership.election.ttl_ms:
+                    log.warning(
+                        "no answer from etcd or a leader for %d ms: the client port stays"
+                        " closed until one answers", leadership.clock() - since,
+                    )  # fmt: skip
+                    said = True
+                await _until_any((stop,), _CLOSED_LOOK_S, following)
+                continue
+            said = False
+            server = _follower_server(
+                self.config, self.follower, self.membership, self.forwarder, self.acl
+            )
+            port = bind(server, self.config, self.config.port, self.credentials)
+            await server.start()
+            ready(port)
+            # Cut off at two looks in a row: a process resumed from a pause finds its last
+            # answer old at the first look, before its election's next read of etcd.
+            strikes = 0
+            while not following.done() and not stop.is_set() and strikes < 2:
+                await _until_any((stop,), period_s, following)
+                strikes = strikes + 1 if self._isolated(leadership, 0) else 0
+            promoted = following.done() and not stop.is_set()
+            if not following.done() and not stop.is_set():
+                log.warning(
+                    "no answer from etcd or a leader for over %d ms: closing the client port"
+                    " until one answers (its clients move to another replica)",
+                    leadership.election.ttl_ms,
+                )
+                since = leadership.clock()
+                said = True
+            grace = _PROMOTION_GRACE_S if promoted or not stop.is_set() else _SHUTDOWN_GRACE_S
+            await server.stop(grace=grace)
+            log.info("follower's port closed%s", " to lead" if promoted else "")
 
 
 async def _after_hand_back(

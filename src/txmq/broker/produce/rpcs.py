@@ -52,7 +52,8 @@ class ProduceRpcs:
         # Wakes the long polls on a queue (-1: on any queue of the topic).
         self.notify = notify
         # Replication (replication.py): every write passes this before it is acknowledged.
-        self.ack_gate: Callable[[], Awaitable[None]] | None = None
+        # It takes what is left of the call's deadline (None: none): a refusal comes before it.
+        self.ack_gate: Callable[[float | None], Awaitable[None]] | None = None
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
         """Store each message; the top status is OK or the first entry's failure."""
@@ -83,7 +84,7 @@ class ProduceRpcs:
             outcomes = await durable.drive(steps, self.executor)
         if self.ack_gate is not None:
             try:
-                await self.ack_gate()
+                await self.ack_gate(context.time_remaining())
             except errors.TxmqError as exc:
                 return sv.SendMessageResponse(status=fail(exc))
         invariant(len(outcomes) == count, "an outcome per message")
@@ -131,7 +132,7 @@ class ProduceRpcs:
                 # waits for the other decision
                 decided = await loop.run_in_executor(self.executor, lambda: sends.end(end))
             if self.ack_gate is not None:
-                await self.ack_gate()
+                await self.ack_gate(context.time_remaining())
             if decided.outcome is Outcome.COMMITTED:
                 # The commit record is the message entering its queue: wake that topic.
                 self.notify(decided.topic, -1)

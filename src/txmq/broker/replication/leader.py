@@ -245,28 +245,31 @@ class Replication:
         if phase is Phase.RESIGN and self._resigning is None:
             self._resigning = asyncio.get_running_loop().create_task(self.leadership.hand_back())
 
-    async def acknowledge(self) -> None:
+    async def acknowledge(self, time_left_s: float | None = None) -> None:
         """Return once every write made so far may be acknowledged; raise otherwise.
+        ``time_left_s``: what is left of the call's own deadline (gRPC's
+        ``context.time_remaining()``; None: none), so a refusal reaches the caller before its
+        deadline does (``ack_wait_s``).
 
         Raises:
             NotLeaderError: this replica does not lead (by its own clock, ADR 0005), or hands
                 the lead back to its preferred replica (preferred.py).
-            ReplicationTimeoutError: fewer than min_insync replicas had it in time.
+            ReplicationTimeoutError: fewer than min_insync replicas had it in time; the
+                message names the replicas it is missing on.
         """
         self._check_acknowledging()
         end = durable_end(self.store)
         self._wake_fetchers()
-        deadline = time.monotonic() + limits.REPLICA_ACK_TIMEOUT_MS / 1000
+        waited_s = ack_wait_s(time_left_s)
+        started = time.monotonic()
+        deadline = started + waited_s
         clock = self.leadership.clock
         loop = asyncio.get_running_loop()
         rechecks = 0
         while self.insync.durable_end(durable_end(self.store), self.min_insync, clock()) < end:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ReplicationTimeoutError(
-                    f"offset {end} is not on {self.min_insync} in-sync replicas after"
-                    f" {limits.REPLICA_ACK_TIMEOUT_MS} ms (in sync: {self.insync.members(clock())})"
-                )
+                raise ReplicationTimeoutError(self._not_confirmed(end, waited_s, time_left_s))
             done: asyncio.Future[None] = loop.create_future()
             self._acks_made += 1
             heapq.heappush(self._acks, (end, self._acks_made, done))
@@ -280,6 +283,19 @@ class Replication:
         if self.min_insync > 1:
             self.leadership.committed = max(self.leadership.committed, end)
             self.insync.acked = max(self.insync.acked, end)
+
+    def _not_confirmed(self, end: int, waited_s: float, time_left_s: float | None) -> str:
+        """Why a write up to ``end`` is refused: which replicas do not hold it."""
+        now = self.leadership.clock()
+        missing = self.insync.missing(end, self.min_insync, now)
+        bound = "the call's deadline" if time_left_s is not None and waited_s < (
+            limits.REPLICA_ACK_TIMEOUT_MS / 1000
+        ) else "the replication timeout"  # fmt: skip
+        return (
+            f"not confirmed by {self.min_insync} replicas within {waited_s * 1000:.0f} ms"
+            f" ({bound}): missing on {', '.join(missing) or 'none'} (offset {end}; in sync:"
+            f" {self.leadership.election.me} and {self.insync.members(now) or 'no follower'})"
+        )
 
     def _wake_acks(self, now_ms: int) -> None:
         """Resolve the waiting acks the group's durable end now passes (and drop the ones
@@ -419,6 +435,17 @@ class Replication:
         if stored is None:
             return self.insync.members(now_ms)
         return sorted({m[0] for m in stored if self.insync.current(m)})
+
+
+def ack_wait_s(time_left_s: float | None) -> float:
+    """How long a write may wait for its replicas: REPLICA_ACK_TIMEOUT_MS, or less when the
+    call's own deadline comes sooner, leaving the refusal REPLICA_ACK_MARGIN_MS (or a tenth of
+    what is left, if more) to reach the caller; never below zero."""
+    most = limits.REPLICA_ACK_TIMEOUT_MS / 1000
+    if time_left_s is None:
+        return most
+    margin = max(limits.REPLICA_ACK_MARGIN_MS / 1000, time_left_s / 10)
+    return max(0.0, min(most, time_left_s - margin))
 
 
 def stamp(store: Store, leadership: Leadership) -> tuple[int, EpochFile]:

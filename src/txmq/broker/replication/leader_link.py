@@ -135,7 +135,7 @@ class LeaderLink:
                 call(b"{}", timeout=ROUND_TIMEOUT_S, metadata=self._metadata())
             )
         except grpc.aio.AioRpcError as exc:  # the Follow round reports a leader gone
-            log.info("Status of %s: %s; fetching on the Follow stream", endpoint, exc.code())
+            self.failures.failed(f"Status of {endpoint}: {exc.code()}; fetching on Follow")
             return
         try:
             port = channels.split(reply, "Status")[0].get("wire_port")
