@@ -1,5 +1,6 @@
-"""The dashboard's state-changing actions, each behind a confirmation page: create and delete a
-topic, commit or roll back a transaction; and signing in and out.
+"""The dashboard's state-changing actions, each behind a confirmation page: create, grow and
+delete a topic, commit or roll back a transaction, reset a consumer group's position; and
+signing in and out.
 
 Owns: the two-step form flow. Step one (a button on a page) shows ``confirm.html`` with what
 will happen (for a transaction: its message) and a one-use token for exactly that action,
@@ -15,18 +16,22 @@ Every POST has passed the same-origin check first (guard.py).
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from txmq.client.verbs import reset_target, said
 from txmq.dashboard.link import Credentials
 from txmq.dashboard.pages import render_body
 from txmq.dashboard.sessions import SessionsFullError
 from txmq.dashboard.ui import Ui, address
 from txmq.dashboard.ui_text import banner, http_status, missing
-from txmq.errors import CODE_FORBIDDEN, CODE_UNAUTHORIZED, ConfigError, TxmqError
+from txmq.errors import CODE_FORBIDDEN, CODE_UNAUTHORIZED, BadRequestError, ConfigError, TxmqError
 
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 SIGN_IN = "sign-in"
@@ -52,8 +57,11 @@ async def _confirmed(
     call: tuple[str, dict[str, Any]],
     done: str,
     context: dict[str, Any],
+    unfinished: Callable[[Any], str | None] | None = None,
 ) -> Response:
-    """Step two if the form carries a token for (action, target), else step one."""
+    """Step two if the form carries a token for (action, target), else step one.
+    ``unfinished``: what the broker's answer says was left undone (a cluster member that did
+    not take a reset), shown as a refusal instead of the done banner."""
     form = await request.form()
     token = str(form.get("token", ""))
     if not token:
@@ -71,9 +79,12 @@ async def _confirmed(
     if not ui.token_ok(request, action, target, token):
         return _back(ui, request, back, error="confirm-invalid")
     try:
-        await ui.call(request, *call)
+        reply = await ui.call(request, *call)
     except TxmqError as exc:
         return ui.refused(request, exc, back)
+    left = unfinished(reply) if unfinished is not None else None
+    if left:
+        return ui.refused(request, TxmqError(left), back, left)
     return _back(ui, request, back, done=done)
 
 
@@ -151,6 +162,99 @@ async def txn_resolve(ui: Ui, request: Request) -> Response:
         done=f"txn-{action}",
         context=context,
     )
+
+
+async def topic_update(ui: Ui, request: Request) -> Response:
+    """Grow a topic: the confirmation says from how many queues to how many (a dry run of
+    TopicUpdate, which refuses a shrink before anything is asked)."""
+    form = await request.form()
+    name = str(form.get("name", "")).strip()
+    try:
+        queues = int(str(form.get("queues", "")))
+    except ValueError:
+        return _back(ui, request, "/topics", error="form-invalid")
+    if not name:
+        return _back(ui, request, "/topics", error="form-invalid")
+    args = {"name": name, "queues": queues}
+    context: dict[str, Any] = {"fields": {"name": name, "queues": str(queues)}}
+    if not form.get("token"):
+        try:
+            plan = await ui.call(request, "TopicUpdate", {**args, "dry_run": True})
+        except TxmqError as exc:
+            return ui.refused(request, exc, "/topics", missing(exc, topic=name) or "")
+        fifo = (
+            " Its message groups may move to a new queue: order holds within a group before "
+            "the growth and after it, not across it."
+            if plan["type"] == "fifo"
+            else ""
+        )
+        context.update(
+            title=f"Grow topic {name} from {plan['was']} to {queues} queues?",
+            description="Every broker gets the new queues at once; the queues it has keep "
+            f"their messages and offsets. A topic cannot shrink again.{fifo}",
+        )
+    return await _confirmed(
+        ui,
+        request,
+        action="topic-update",
+        target=f"{name}/{queues}",
+        back="/topics",
+        call=("TopicUpdate", args),
+        done="topic-grown",
+        context=context,
+    )
+
+
+async def group_reset(ui: Ui, request: Request) -> Response:
+    """Move a consumer group's position: the confirmation shows every queue's old and new
+    offset on every broker (a dry run of GroupReset) before anything moves."""
+    name = request.path_params["name"]
+    back = "/groups/" + quote(name, safe="")
+    form = await request.form()
+    topic = str(form.get("topic", "")).strip()
+    raw_to, raw_queue = str(form.get("to", "")), str(form.get("queue", "")).strip()
+    try:
+        target = reset_target(raw_to, naive=dt.UTC)
+        queue = int(raw_queue) if raw_queue else None
+    except (BadRequestError, ValueError):
+        return _back(ui, request, back, error="reset-invalid")
+    args = {"group": name, "topic": topic, **target}
+    if queue is not None:
+        args["queue"] = queue
+    where = f"queue {queue} of {topic}" if queue is not None else topic
+    context: dict[str, Any] = {
+        "title": f"Reset group {name} on {where} to {said(target)}?",
+        "description": "Its consumers read from the new position at once. Messages it has in "
+        "flight there are dropped: their acks fail, and those at or after the new position "
+        "are delivered again.",
+        "fields": {"topic": topic, "to": raw_to, "queue": raw_queue},
+    }
+    if not form.get("token"):
+        try:
+            context["plan"] = (await ui.call(request, "GroupReset", {**args, "dry_run": True}))[
+                "brokers"
+            ]
+        except TxmqError as exc:
+            return ui.refused(request, exc, back, missing(exc, topic=topic) or "")
+    return await _confirmed(
+        ui,
+        request,
+        action="group-reset",
+        target=json.dumps(args, sort_keys=True),
+        back=back,
+        call=("GroupReset", args),
+        done="group-reset",
+        context=context,
+        unfinished=_not_everywhere,
+    )
+
+
+def _not_everywhere(reply: Any) -> str | None:
+    failed = reply.get("failed") if isinstance(reply, dict) else None
+    if not failed:
+        return None
+    where = "; ".join(f"{b}: {why}" for b, why in sorted(failed.items()))
+    return f"The reset was not made on {where}. The other brokers moved: reset again."
 
 
 def _login_page(ui: Ui, request: Request, *, status: int = 200, error: str = "") -> Response:

@@ -9,17 +9,19 @@ the client is txmq/client/admin.py.
 Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, TopicDelete {name},
 TopicUpdate {name, queues, dry_run?} (grows a topic on every member: admin/cluster.py),
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
-broker/admin/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback}, MessageShow {id},
-MessageFind {key, topic?, max?}; the dashboard's read-only views (admin_views.py): Status,
-GroupDetail, TxnMessage, TopicMessages; for clusters (admin/cluster.py) ClusterInfo,
-TopicDefinitions, BrokerStatus, and TopicCreate/TopicUpdate/TopicDelete take ``forwarded: true``
-when a peer forwards them.
+broker/admin/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback},
+MessageShow {id}, MessageFind {key, topic?, max?}, GroupReset {group, topic, to, ...} (moves a
+consumer group's position on every member: admin/reset.py); the dashboard's read-only views
+(admin/views.py): Status, GroupDetail, TxnMessage, TopicMessages; for clusters
+(admin/cluster.py) ClusterInfo, TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate,
+TopicDelete and GroupReset take ``forwarded: true`` when a peer forwards them.
 
 Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
 calls ``server.add_generic_rpc_handlers``. Every method runs through ``servicer.run`` (the
 executor), since the store, the coordinator and the positions are blocking and thread-safe.
 Must not: change anything the RocketMQ protocol also changes by another path, except the
-operator's transaction resolution, which goes through the coordinator like any decision.
+operator's transaction resolution, which goes through the coordinator like any decision, and a
+group's reset, which goes through the consumer positions as UpdateOffset does.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import grpc
 from txmq import limits
 from txmq.broker.admin import listing
 from txmq.broker.admin.cluster import cluster_methods, create_topic, delete_topic, update_topic
+from txmq.broker.admin.reset import reset_group
 from txmq.broker.admin.views import view_methods
 from txmq.broker.cluster.membership import Membership
 from txmq.broker.rpc.json_channel import refusal
@@ -87,6 +90,7 @@ class AdminMethods:
             "TopicDelete": self.topic_delete,
             "TopicUpdate": self.topic_update,
             "GroupList": self.group_list,
+            "GroupReset": self.group_reset,
             "TxnList": self.txn_list,
             "TxnShow": self.txn_show,
             "TxnResolve": self.txn_resolve,
@@ -133,6 +137,9 @@ class AdminMethods:
         lags = (g.as_json() for g in self.parts.lag.lags())
         found, cursor = listing.named_page(lags, "group", a)
         return {"groups": found, "next": cursor}
+
+    def group_reset(self, a: dict[str, Any]) -> Any:
+        return reset_group(self.parts, self.membership, a)
 
     def txn_list(self, a: dict[str, Any]) -> Any:
         return listing.txn_page(self.parts, a)
@@ -199,6 +206,8 @@ def add_admin(server: Any, parts: Parts, service: Any) -> None:
                 if name in _WRITES_LOG and service.ack_gate is not None:
                     # A replica group's leader: SYNC, and fenced; refused within the deadline.
                     await service.ack_gate(context.time_remaining())
+                for topic in result.pop("_wake", ()):
+                    service.notify_appended(topic)  # long polls look again now
                 return channels.frame({"ok": True, **result})
             except Exception as exc:
                 return channels.frame(refusal(exc, fn.__name__))

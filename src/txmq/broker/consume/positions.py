@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -389,10 +389,16 @@ class ConsumerPositions:
             return DeadLetter(group, r.topic, r.queue_id, r.queue_offset, rec, e.attempts)
 
     def settle(self, dead: DeadLetter) -> None:
-        """The DLQ copy is durable: the original counts as consumed."""
+        """The DLQ copy is durable: the original counts as consumed. Unless an operator reset
+        the group's position on that queue meanwhile (``reset_group``: the lease it was held
+        under is gone): the offset is then the new position's to deliver or not."""
         with self._lock:
-            self.book.settle(QueueKey(dead.group, dead.topic, dead.queue_id), dead.queue_offset)
-            self._dirty = True
+            key = QueueKey(dead.group, dead.topic, dead.queue_id)
+            book = self.book.books.get(key)
+            lease = book.leases.get(dead.queue_offset) if book is not None else None
+            if lease is not None and lease.dead:
+                self.book.settle(key, dead.queue_offset)
+                self._dirty = True
 
     # --- Positions. ------------------------------------------------------------------------------
 
@@ -419,6 +425,34 @@ class ConsumerPositions:
         with self._lock:
             self.book.reset(QueueKey(group, topic, queue_id), offset)
             self._dirty = True
+
+    def reset_group(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Move ``group`` to ``offsets`` (queue id -> ack offset) on ``topic``: every named
+        queue or none. The positions file is written first, with the new positions in place
+        of the old (a failed write changes nothing), then the books are replaced, so the move
+        is durable when this returns and a restart keeps it. What the group had in flight on
+        those queues is dropped: its receipt handles go stale, and a message at or after its
+        queue's new position is delivered again (docs/operations.md).
+
+        Raises:
+            TooManyRequestsError: the new positions would pass CONSUMER_QUEUES_MAX.
+            OSError: the positions file could not be written; nothing moved.
+        """
+        validate_group(group)
+        for offset in offsets.values():
+            invariant(offset >= 0, "an offset is >= 0")
+        with self._save_lock, self._lock:
+            keys = {q: self.book.key_of(group, topic, q) for q in offsets}
+            added = sum(1 for k in keys.values() if k not in self.book.books)
+            if len(self.book.books) + added > limits.CONSUMER_QUEUES_MAX:
+                raise TooManyRequestsError(
+                    f"too many (group, topic, queue) positions: {limits.CONSUMER_QUEUES_MAX}"
+                )
+            moved = {keys[q]: Position(off) for q, off in offsets.items()}
+            kept = [(k, p) for k, p in self.book.positions() if k not in moved]
+            self.file.save([*kept, *moved.items()])
+            for key, position in moved.items():
+                self.book.reset(key, position.ack_offset)
 
     def offset(self, group: str, topic: str, queue_id: int) -> int:
         """The group's ack offset, or the queue's first retained offset for a new group."""

@@ -5,13 +5,13 @@ Owns: the rule for the peer-only calls when the members require client certifica
 method but Status (Fetch, Epochs, and any later way to ship the log: each request of a stream
 is checked) is served only to a certificate naming the replica the request names in
 ``follower`` (Epochs without one: any replica of the group), and a forwarded topic create,
-growth or delete (``forwarded``: what only a peer sends) only to one naming some member of the
-cluster. A certificate names a member when the member's name or host, as the cluster file lists
-it (for a replica group without one: as etcd's replica list has it), is its subject CN, one of
-its SAN DNS names or one of its SAN IP addresses. Any other certificate the CA signed is a
-client's: it may call what its ACL grants, but not these (refused FORBIDDEN in the channel's own
-framing, saying what the certificate names and what was wanted; logged once per distinct
-refusal).
+growth or delete or group reset (``forwarded``: what only a peer sends) only to one naming some
+member of the cluster. A certificate names a member when the member's name or host, as the
+cluster file lists it (for a replica group without one: as etcd's replica list has it), is its
+subject CN, one of its SAN DNS names or one of its SAN IP addresses. Any other certificate the
+CA signed is a client's: it may call what its ACL grants, but not these (refused FORBIDDEN in
+the channel's own framing, saying what the certificate names and what was wanted; logged once
+per distinct refusal).
 Members on one host are told apart only by certificates that name them (a certificate naming
 the host names every member the file puts there). Installed as the last server interceptor, so
 no handler can be added around it.
@@ -108,7 +108,8 @@ Claim = Callable[[dict[str, Any]], "tuple[PeerNames, str | None] | None"]
 
 # Admin methods a member forwards to its peers (``forwarded: true``): only a peer sends those.
 _FORWARDED: Final = frozenset(
-    f"/{channels.ADMIN_SERVICE}/{m}" for m in ("TopicCreate", "TopicUpdate", "TopicDelete")
+    f"/{channels.ADMIN_SERVICE}/{m}"
+    for m in ("TopicCreate", "TopicUpdate", "TopicDelete", "GroupReset")
 )
 
 
