@@ -17,7 +17,6 @@ start from the log when this replica is promoted (replica_node.py opens a full b
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -41,6 +40,7 @@ from txmq.broker.produce.delay import DELAY_FILE
 from txmq.broker.replication.acked_end import KeptEnd
 from txmq.broker.replication.forward import LOCAL, V2_SERVICE, Forwarder
 from txmq.broker.replication.leader_link import LeaderLink
+from txmq.broker.replication.positions_copy import PositionsCopy
 from txmq.broker.replication.rpcs import register
 from txmq.broker.rpc.json_channel import refusal
 from txmq.broker.rpc.replies import fail
@@ -79,21 +79,6 @@ def _drop_broker_state(data_dir: Path) -> None:
             path.unlink()
 
 
-def clamp_positions(
-    doc: dict[str, Any], queue_offsets: Callable[[str, int], tuple[int, int]]
-) -> dict[str, Any]:
-    """The leader's consumer positions cut to what this replica's queues hold: an ack offset,
-    settled offset or attempt past a queue's end here would skip a record that reaches this
-    replica later (after a promotion: a loss); cut, it is at most delivered again."""
-    rows = []
-    for r in doc.get("positions", []):
-        end = queue_offsets(str(r["topic"]), int(r["queue"]))[1]
-        settled = [[lo, min(hi, end - 1)] for lo, hi in r["settled"] if lo < end]
-        attempts = [a for a in r["attempts"] if a[0] < end]
-        rows.append({**r, "ack": min(int(r["ack"]), end), "settled": settled, "attempts": attempts})
-    return {**doc, "positions": rows}
-
-
 class Follower:
     """One follower's state while it follows (closed before promotion)."""
 
@@ -120,6 +105,8 @@ class Follower:
         self.topics = TopicRegistry(
             config.data_dir / "topics.json", self.store.disk, auto_create=False, default_queues=1
         )
+        # The leader's consumer positions, as a promotion would read them.
+        self.positions = PositionsCopy(self.store.disk, config.data_dir / POSITIONS_FILE)
         self.last = tail_of(self.store)
         # The (leader, epoch) that checked our last record (``last`` in a fetch): its replies
         # since only shipped its own records, so our tail is its log's until a cut or another
@@ -178,6 +165,9 @@ class Follower:
         if self.leadership.local is self:
             self.leadership.local = None
         self.link.close()
+        # Cut to the log as a promotion opens it (not while a cut left the store closed).
+        if not self._cutting and self.positions.settle(self.store.queue_offsets):
+            log.info("consumer positions cut again to this replica's queues as they are now")
         self.store.close()
 
     async def step(self) -> None:
@@ -245,11 +235,8 @@ class Follower:
                 except BadRequestError as exc:
                     log.warning("leader's topic not copied: %s", exc)
         if "positions" in header:
-            doc = clamp_positions(header["positions"], self.store.queue_offsets)
-            raw = json.dumps(doc, separators=(",", ":")).encode()
-            await asyncio.to_thread(
-                self.store.disk.write_atomic, self.config.data_dir / POSITIONS_FILE, raw
-            )
+            shipped = header["positions"]
+            await asyncio.to_thread(self.positions.offer, shipped, self.store.queue_offsets)
 
     def _append_blocking(self, data: bytes, pairs: list[EpochStart]) -> int:
         """The leader's epochs that start in ``data`` first (durable), then its records."""
