@@ -58,6 +58,11 @@ access_key = "{ACCESS_KEY}"
 secret_key = "{SECRET}"
 publish = ["{TOPIC}"]
 subscribe = ["{TOPIC}"]
+
+[[users]]
+access_key = "bench-ops"
+secret_key = "bench-ops-secret-0123456789"
+admin = true
 """
 
 

@@ -48,6 +48,7 @@ from tests.integration.security_fixtures import (
     write_acl,
 )
 from txmq.demo.certs import Bundle
+from txmq.protocol import channels
 
 
 def test_official_client_over_tls_sends_commits_rolls_back_checks_back_and_consumes(
@@ -297,6 +298,57 @@ def test_sighup_reloads_the_acl_and_a_bad_file_keeps_the_old_rules(tmp_path: Pat
         assert route_code() == pb.OK  # the previous rules still hold
     finally:
         b.stop()
+
+
+def test_a_reload_that_would_leave_no_admin_is_refused_and_the_old_rules_kept(
+    tmp_path: Path,
+) -> None:
+    acl = write_acl(tmp_path / "acl.toml", ACL)
+    b = BrokerProcess(tmp_path / "broker", ["--acl-file", str(acl)])
+    b.start()
+
+    def topic_list_ok() -> bool:
+        meta = official("ops", SECRETS["ops"])
+        with grpc.insecure_channel(b.endpoints) as channel:
+            raw = channel.unary_unary("/txmq.admin.v1.Admin/TopicList")(
+                b"{}", metadata=meta, timeout=15
+            )
+        return bool(channels.split(raw, "TopicList")[0]["ok"])
+
+    def refused_lines() -> list[str]:
+        return [ln for ln in b.log_tail(200).splitlines() if "ACL reload refused" in ln]
+
+    def reload_refused(text: str, count: int) -> None:
+        write_acl(acl, text)
+        assert b.proc is not None
+        b.proc.send_signal(1)  # SIGHUP
+        wait_until(lambda: len(refused_lines()) == count, 15, f"refused reload {count} logged")
+        line = refused_lines()[-1]
+        assert " ERROR " in line and "no user has admin = true" in line, line
+        assert topic_list_ok()  # the admin of the previous rules still administers
+
+    try:
+        assert topic_list_ok()
+        reload_refused("", 1)  # an empty file
+        reload_refused(ACL.replace("admin = true", "admin = false"), 2)
+        assert "ACL reloaded" not in b.log_tail(200)
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize(
+    "text", ["", ACL.replace("admin = true", "admin = false")], ids=["empty", "no-admin"]
+)
+def test_rules_without_an_admin_are_refused_at_start_with_exit_2(tmp_path: Path, text: str) -> None:
+    acl = write_acl(tmp_path / "acl.toml", text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "txmq.broker", "--data-dir", str(tmp_path / "d")]
+    cmd += ["--port", "0", "--acl-file", str(acl)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2, done
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"txmq: {acl}: no user has admin = true"), line
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,11 @@ publish = ["t"]
 [[users]]
 access_key = "b"
 secret_key = "secret-of-b-0123456789"
+
+[[users]]
+access_key = "ops"
+secret_key = "secret-of-ops-0123456789"
+admin = true
 """
 
 
@@ -95,6 +100,23 @@ def test_acl_file_permissions_and_reload(guard: Guard, tmp_path: Path) -> None:
     assert user is not None and user.publish.allows("u-1")
     with pytest.raises(ConfigError, match="cannot read ACL file"):
         read_acl_file(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "# every user removed\n", ACL.replace("admin = true", "admin = false")],
+    ids=["empty", "comment-only", "no-admin"],
+)
+def test_rules_without_an_admin_are_refused_at_reload_as_at_start(
+    guard: Guard, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard.source.write_text(text)
+    with pytest.raises(ConfigError, match=r"acl.toml: no user has admin = true"):
+        read_acl_file(guard.source)
+    caplog.set_level("INFO", logger="txmq.broker")
+    assert guard.reload_read() is None  # the caller keeps the old rules
+    (line,) = [r for r in caplog.records if r.name == "txmq.broker"]
+    assert line.levelname == "ERROR" and "ACL reload refused" in line.getMessage()
 
 
 def test_refusal_lines_are_bounded_per_second(

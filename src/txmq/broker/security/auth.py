@@ -48,11 +48,12 @@ TransactionTopic = Callable[[str], str | None]
 
 
 def read_acl_file(path: Path) -> Acl:
-    """Read and parse an ACL file, refusing one that others could read.
+    """Read and parse an ACL file, refusing one that others could read or that names no admin.
 
     Raises:
-        ConfigError: unreadable, group- or world-readable or -writable, too large, or
-            malformed (one line naming the file and the key).
+        ConfigError: unreadable, group- or world-readable or -writable, too large, malformed
+            (one line naming the file and the key), or without a user with ``admin = true``
+            (an empty file included).
     """
     try:
         info = path.stat()
@@ -68,7 +69,15 @@ def read_acl_file(path: Path) -> Acl:
         raise ConfigError(f"cannot read ACL file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text") from exc
-    return parse_acl(text, str(path))
+    acl = parse_acl(text, str(path))
+    if not any(user.admin for user in acl.users.values()):
+        # Rules nobody may change through the broker, and that lock out cluster peers (they
+        # sign as an admin): almost always a truncated or half-edited file.
+        raise ConfigError(
+            f"{path}: no user has admin = true ({len(acl.users)} users): such rules would "
+            "lock out every administrator and the cluster's own members; add an admin user"
+        )
+    return acl
 
 
 def metadata_value(metadata: Iterable[Any] | None, name: str) -> str:
