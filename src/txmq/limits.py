@@ -287,12 +287,14 @@ ACCESS_KEY_LENGTH_MAX: Final = 128
 # offline from one captured header.
 SECRET_KEY_LENGTH_MIN: Final = 16
 SECRET_KEY_LENGTH_MAX: Final = 256
-# How far a signed x-mq-date-time may be from the broker's clock. The signature covers the date
-# only (not the request), so this bounds how long a captured header stays usable.
-AUTH_DATE_SKEW_MS: Final = 15 * 60 * 1000
-# rocketmq-python-client 5.1.2 writes its *local* time with a "Z" suffix, so a correct client
-# may be off by its zone's UTC offset (UTC-12 .. UTC+14) on top of the skew.
-AUTH_ZONE_OFFSET_MS_MAX: Final = 14 * 3600 * 1000
+# How far a signed x-mq-date-time may be from the broker's clock (UTC), either side, by default
+# (``auth_date_skew_s``). The signature covers the date only (not the request), so this bounds
+# how long a captured header stays usable: the window is twice this wide.
+AUTH_DATE_SKEW_S_DEFAULT: Final = 15 * 60
+# ... and at most: rocketmq-python-client 5.1.2 writes its *local* time with a "Z" suffix, so a
+# client that runs outside UTC is off by its zone's offset (UTC-12 .. UTC+14) on top of the
+# skew. Widening to this admits any zone (a window of 28.5 hours).
+AUTH_DATE_SKEW_S_MAX: Final = 14 * 3600 + AUTH_DATE_SKEW_S_DEFAULT
 # Verified (access key, date) -> expected signature entries kept; a client signs a new date each
 # second, so this covers thousands of active clients for one second each.
 AUTH_SIGNATURE_CACHE_MAX: Final = 4096
@@ -536,7 +538,7 @@ assert (
 assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX
 assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
 assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
-assert AUTH_DATE_SKEW_MS < AUTH_ZONE_OFFSET_MS_MAX
+assert 0 < AUTH_DATE_SKEW_S_DEFAULT < AUTH_DATE_SKEW_S_MAX
 assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS
 assert SINK_BUNDLE_BYTES_MAX <= BODY_SIZE_MAX_DEFAULT
 assert SINK_BUNDLE_MESSAGES_MAX < 65536

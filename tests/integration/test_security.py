@@ -300,6 +300,65 @@ def test_sighup_reloads_the_acl_and_a_bad_file_keeps_the_old_rules(tmp_path: Pat
         b.stop()
 
 
+# What the official Python client's own header code signs in a zone 9 hours east of UTC.
+OFFICIAL_IN_TOKYO = """
+import json, sys
+from types import SimpleNamespace
+from rocketmq.v5.util.signature import Signature
+cfg = SimpleNamespace(credentials=SimpleNamespace(ak=sys.argv[1], sk=sys.argv[2]), namespace="")
+print(json.dumps(list(Signature.metadata(cfg, "tokyo-client"))))
+"""
+
+
+def test_the_signature_date_window_is_15_minutes_unless_widened(tmp_path: Path) -> None:
+    import json
+    import time
+
+    from txmq.protocol.auth import signed_metadata
+
+    acl = write_acl(tmp_path / "acl.toml", ACL)
+    key = ("orders-app", SECRETS["orders-app"])
+    tokyo = subprocess.run(
+        [sys.executable, "-c", OFFICIAL_IN_TOKYO, *key],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TZ="JST-9"),
+        timeout=60,
+        check=True,
+    )
+    tokyo_meta = [tuple(pair) for pair in json.loads(tokyo.stdout)]
+    request = sv.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
+
+    def route(b: BrokerProcess, meta: list[Any]) -> Any:
+        with grpc.insecure_channel(b.endpoints) as channel:
+            return sg.MessagingServiceStub(channel).QueryRoute(request, metadata=meta, timeout=15)
+
+    def off_by(minutes: int) -> list[tuple[str, str]]:
+        return signed_metadata(*key, time.time_ns() // 1_000_000 + minutes * 60_000)
+
+    default = BrokerProcess(tmp_path / "default", ["--acl-file", str(acl)])
+    # 9 h 15 min: a Tokyo client's local time as UTC, and 15 minutes of clock skew.
+    wide = BrokerProcess(
+        tmp_path / "wide", ["--acl-file", str(acl), "--auth-date-skew-s", str(9 * 3600 + 900)]
+    )
+    default.start()
+    wide.start()
+    try:
+        assert route(default, off_by(-5)).status.code == pb.OK
+        for minutes in (-20, 20):
+            reply = route(default, off_by(minutes))
+            assert reply.status.code == pb.UNAUTHORIZED, reply
+            assert "away from the broker's clock (UTC; accepted: 900 s" in reply.status.message
+            assert route(wide, off_by(minutes)).status.code == pb.OK
+        reply = route(default, tokyo_meta)
+        assert reply.status.code == pb.UNAUTHORIZED, reply
+        assert "must run with TZ=UTC" in reply.status.message
+        assert route(wide, tokyo_meta).status.code == pb.OK
+    finally:
+        default.stop()
+        wide.stop()
+
+
 def test_a_reload_that_would_leave_no_admin_is_refused_and_the_old_rules_kept(
     tmp_path: Path,
 ) -> None:

@@ -32,7 +32,9 @@ def test_the_cli_over_tls_with_credentials(secure: BrokerProcess, pki: Bundle) -
 
     ep = ["--endpoints", secure.endpoints, "--ca-file", str(pki.ca)]
     orders = ["--access-key", "orders-app", "--secret-key", SECRETS["orders-app"]]
-    sent = txmq("send", TOPIC, "from-cli", *ep, *orders)
+    # In a zone 9 hours east of UTC: the CLI makes the official client sign UTC, which the
+    # broker's 15-minute window expects (docs/security.md).
+    sent = txmq("send", TOPIC, "from-cli", *ep, *orders, env={"TZ": "JST-9"})
     assert sent.returncode == 0, sent.stderr
     # Without admin rights: refused, one line, exit 1, the topic still there.
     for args in (("topic", "delete", TOPIC), ("txn", "resolve", "some-id", "commit")):
@@ -146,7 +148,8 @@ def test_check_backs_go_only_to_users_who_may_publish_the_topic(
 
 
 def test_demo_secure_runs_the_story_over_tls_with_an_acl(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
+    # TZ: outside UTC too (the demo's official clients sign local time; it runs them in UTC).
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200", TZ="JST-9")
     env.pop("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", None)  # the demo sets its own
     args = ["demo", "--secure", "--orders", "12", "--seed", "3", "--no-spark"]
     args += ["--work-dir", str(tmp_path / "work")]

@@ -39,24 +39,38 @@ def test_official_header_parses_and_verifies() -> None:
     assert not auth.signature_matches(header.signature, auth.sign(SECRET + "x", date))
 
 
-def test_official_local_time_with_z_is_inside_the_window() -> None:
-    # 5.1.2 writes datetime.now() (local time) with a "Z": accepted whatever the zone.
+SKEW_MS = limits.AUTH_DATE_SKEW_S_DEFAULT * 1000
+
+
+def test_official_header_in_utc_is_inside_the_default_window() -> None:
+    # 5.1.2 writes datetime.now() (local time) with a "Z": the suite runs in UTC (conftest).
     meta = official_metadata("orders-app", SECRET)
     date_ms = auth.parse_date_ms(meta["x-mq-date-time"])
     now_ms = int(datetime.now(tz=UTC).timestamp() * 1000)
-    auth.check_date(date_ms, now_ms)
-    for zone_h in (-12, -5, 0, 5.5, 14):
-        auth.check_date(date_ms + int(zone_h * 3600_000), now_ms)
+    auth.check_date(date_ms, now_ms, SKEW_MS)
+
+
+def test_a_local_time_as_utc_is_refused_by_default_and_says_why() -> None:
+    now_ms = 1_800_000_000_000
+    for zone_h in (-12, -5, 1, 5.5, 14):
+        date_ms = now_ms + int(zone_h * 3600_000)
+        with pytest.raises(UnauthorizedError, match="must run with TZ=UTC"):
+            auth.check_date(date_ms, now_ms, SKEW_MS)
+        # The widest skew admits every zone.
+        auth.check_date(date_ms, now_ms, limits.AUTH_DATE_SKEW_S_MAX * 1000)
 
 
 def test_dates_outside_the_window_are_refused() -> None:
     now_ms = 1_800_000_000_000
-    high = limits.AUTH_ZONE_OFFSET_MS_MAX + limits.AUTH_DATE_SKEW_MS
-    auth.check_date(now_ms + high, now_ms)
-    with pytest.raises(UnauthorizedError, match="away from the broker's clock"):
-        auth.check_date(now_ms + high + 1000, now_ms)
+    auth.check_date(now_ms + SKEW_MS, now_ms, SKEW_MS)
+    auth.check_date(now_ms - SKEW_MS, now_ms, SKEW_MS)
+    for off in (SKEW_MS + 1000, -SKEW_MS - 1000, 20 * 60_000, -20 * 60_000):
+        with pytest.raises(UnauthorizedError, match="away from the broker's clock") as info:
+            auth.check_date(now_ms + off, now_ms, SKEW_MS)
+        assert "900 s either side" in str(info.value) and "TZ=UTC" not in str(info.value)
+    auth.check_date(now_ms + 20 * 60_000, now_ms, 30 * 60_000)  # a wider window
     with pytest.raises(UnauthorizedError):
-        auth.check_date(now_ms - 13 * 3600_000 - limits.AUTH_DATE_SKEW_MS, now_ms)
+        auth.check_date(now_ms + 15 * 3600_000, now_ms, limits.AUTH_DATE_SKEW_S_MAX * 1000)
 
 
 def test_signed_metadata_round_trips() -> None:

@@ -112,18 +112,20 @@ def official_configuration(endpoints: str) -> tuple[Any, bool]:
     The official client takes no CA argument: it trusts gRPC's default roots, which
     ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` replaces; so ``--ca-file`` sets that variable for this
     process (a CLI process talks to one broker). It takes no client certificate either:
-    ``--cert-file`` reaches it through official_tls.present.
+    ``--cert-file`` reaches it through official_tls.present. It signs its local time as UTC:
+    official_dates makes it sign the time in UTC, which a broker with an ACL expects.
 
     Raises:
         ConfigError: a certificate, key or CA file cannot be read.
     """
     from rocketmq import ClientConfiguration, Credentials
 
-    from txmq.client import official_tls
+    from txmq.client import official_dates, official_tls
 
     security = current()
     if security.ca_file is not None:
         os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(security.ca_file)
     official_tls.present(security)
+    official_dates.sign_in_utc()
     credentials = Credentials(security.access_key, security.secret_key)
     return ClientConfiguration(endpoints, credentials), security.tls

@@ -32,6 +32,9 @@ ENV_NAMES = (
     "TXMQ_SECRET_KEY",
     "TXMQ_CA_FILE",
     "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+    # The demo's services run the official client, which signs its local time as UTC: in UTC
+    # it is what the broker's date window expects (docs/security.md).
+    "TZ",
 )
 
 
@@ -83,7 +86,9 @@ def secure_setup(work: Path) -> Iterator[tuple[list[str], dict[str, ClientSecuri
         TXMQ_SECRET_KEY=operator.secret_key,
         TXMQ_CA_FILE=str(bundle.ca),
         GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(bundle.ca),
+        TZ="UTC",
     )
+    time.tzset()
     flags = ["--acl-file", str(acl), "--tls-cert", str(bundle.server_cert)]
     flags += ["--tls-key", str(bundle.server_key)]
     try:
@@ -94,6 +99,7 @@ def secure_setup(work: Path) -> Iterator[tuple[list[str], dict[str, ClientSecuri
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        time.tzset()
 
 
 def _send_status(endpoints: str, security: ClientSecurity, topic: str) -> str:

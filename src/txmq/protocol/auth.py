@@ -16,9 +16,12 @@ Theory of operation. The header is
 The signature covers the date only, not the request: it proves the caller knew the secret at
 some time close to that date, nothing more. So a captured header can be replayed with any
 request until the date falls out of the accepted window; TLS is what keeps headers from being
-captured (docs/security.md). rocketmq-python-client 5.1.2 formats its *local* time with the "Z"
-suffix (``datetime.now().strftime("%Y%m%dT%H%M%SZ")``), so the window is the broker's clock
-shifted by any time zone offset (UTC-12 .. UTC+14), widened by the clock skew.
+captured (docs/security.md). The accepted window is the broker's clock (UTC) plus or minus a
+skew the broker is configured with (15 minutes by default). rocketmq-client-nodejs sends UTC;
+rocketmq-python-client 5.1.2 formats its *local* time with the "Z" suffix
+(``datetime.now().strftime("%Y%m%dT%H%M%SZ")``), so outside UTC it is off by its zone's
+offset: run it with ``TZ=UTC`` (txmq's own commands make it sign UTC, client/official_dates.py)
+or widen the skew past that offset.
 
 Every failure raises UnauthorizedError and nothing else, whatever the input (a hypothesis test
 holds the parser to that, as h11's fuzz harness does).
@@ -42,8 +45,11 @@ SCHEME: Final = "MQv2-HMAC-SHA1"
 HEADER_AUTHORIZATION: Final = "authorization"
 HEADER_DATE: Final = "x-mq-date-time"
 DATE_FORMAT: Final = "%Y%m%dT%H%M%SZ"
-ZONE_OFFSET_MS_MIN: Final = -12 * 3600 * 1000
 SIGNATURE_HEX_LENGTH: Final = 40  # SHA-1 is 20 bytes
+# How far time zones are from UTC: UTC+14 the farthest (UTC-12 on the other side), an hour the
+# nearest but UTC itself.
+ZONE_OFFSET_MS_MAX: Final = 14 * 3600 * 1000
+ZONE_OFFSET_MS_MIN_NONZERO: Final = 3600 * 1000
 
 # What an access key may contain: the official clients accept any string, but one that can hold
 # ", " or "=" could not be parsed back out of the header.
@@ -130,21 +136,28 @@ def parse_date_ms(text: str) -> int:
     return int(moment.timestamp()) * 1000
 
 
-def check_date(date_ms: int, now_ms: int) -> None:
-    """Accept a signed date within the skew of ``now_ms`` shifted by any time zone offset.
+def check_date(date_ms: int, now_ms: int, skew_ms: int) -> None:
+    """Accept a signed date within ``skew_ms`` of ``now_ms`` (UTC), either side.
 
     Raises:
-        UnauthorizedError: the date is outside that window (a stale or replayed header, or a
-            client clock that is far off).
+        UnauthorizedError: the date is outside that window (a stale or replayed header, a
+            client clock that is far off, or a client that sends its local time as UTC).
     """
+    assert skew_ms > 0, "a window around the broker's clock"
     offset_ms = date_ms - now_ms
-    low = ZONE_OFFSET_MS_MIN - limits.AUTH_DATE_SKEW_MS
-    high = limits.AUTH_ZONE_OFFSET_MS_MAX + limits.AUTH_DATE_SKEW_MS
-    if not low <= offset_ms <= high:
-        raise UnauthorizedError(
-            f"{HEADER_DATE} is {offset_ms // 1000} s away from the broker's clock "
-            f"(accepted: {low // 1000} .. {high // 1000} s)"
+    if -skew_ms <= offset_ms <= skew_ms:
+        return
+    hint = ""
+    if ZONE_OFFSET_MS_MIN_NONZERO - skew_ms <= abs(offset_ms) <= ZONE_OFFSET_MS_MAX + skew_ms:
+        # About a time zone's offset: most likely a client that signs its local time as UTC.
+        hint = (
+            "; a client that sends local time as UTC (rocketmq-python-client 5.1.2 does) must "
+            "run with TZ=UTC, or the broker's --auth-date-skew-s be wider than its zone's offset"
         )
+    raise UnauthorizedError(
+        f"{HEADER_DATE} is {offset_ms // 1000} s away from the broker's clock (UTC; accepted: "
+        f"{skew_ms // 1000} s either side){hint}"
+    )
 
 
 def sign(secret_key: str, date: str) -> str:

@@ -46,6 +46,10 @@ class BrokerConfig:
     tick_ms: int = 200
     # Security (docs/security.md). Without an ACL file every caller may do everything.
     acl_file: Path | None = None
+    # How far a signature's x-mq-date-time may be from this broker's clock (UTC), either side:
+    # how long a captured header stays usable. Wider only for clients that sign their local
+    # time as UTC (rocketmq-python-client 5.1.2 outside UTC).
+    auth_date_skew_s: int = limits.AUTH_DATE_SKEW_S_DEFAULT
     # PEM files: with a certificate and its key the port serves TLS only; with a client CA it
     # also requires a client certificate signed by it (mutual TLS).
     tls_cert: Path | None = None
@@ -128,6 +132,11 @@ class BrokerConfig:
         if not limits.TICK_MS_MIN <= self.tick_ms <= limits.TICK_MS_LIMIT:
             raise ConfigError(
                 f"tick_ms must be {limits.TICK_MS_MIN}..{limits.TICK_MS_LIMIT}, got {self.tick_ms}"
+            )
+        if not 1 <= self.auth_date_skew_s <= limits.AUTH_DATE_SKEW_S_MAX:
+            raise ConfigError(
+                f"auth_date_skew_s must be 1..{limits.AUTH_DATE_SKEW_S_MAX} (14 h 15 min: any"
+                f" time zone's offset and 15 minutes), got {self.auth_date_skew_s}"
             )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together (a certificate and its key)")

@@ -86,6 +86,15 @@ _D = BrokerConfig(data_dir=Path("data"))
     "--acl-file",
     "Users and rights (TOML, mode 600); without it the broker is open. SIGHUP reloads.",
 )
+@click.option(
+    "--auth-date-skew-s",
+    type=int,
+    help=(
+        "With --acl-file: how far a signature's date may be from this broker's clock (UTC),"
+        " either side; wider for clients that sign local time as UTC"
+        f" ({_D.auth_date_skew_s}, at most {limits.AUTH_DATE_SKEW_S_MAX})."
+    ),
+)
 @file_option("--tls-cert", "PEM cert.")
 @file_option("--tls-key", "PEM key.")
 @file_option("--tls-client-ca", "Require client certificates signed by this CA (PEM).")

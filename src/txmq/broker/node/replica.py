@@ -364,7 +364,12 @@ def _follower_server(
     if acl is not None and config.acl_file is not None:
         # Checked here (authenticated and authorized, as on the leader) before a call is
         # forwarded; the leader checks the forwarded call again (forward.py).
-        guard = Guard(acl, source=config.acl_file, transaction_topic=lambda _tid: None)
+        guard = Guard(
+            acl,
+            source=config.acl_file,
+            transaction_topic=lambda _tid: None,
+            date_skew_ms=config.auth_date_skew_s * 1000,
+        )
         edge = [AuthInterceptor(guard, wall_ms)]
     server = grpc.aio.server(interceptors=edge, options=[("grpc.so_reuseport", 0), *_MESSAGE_SIZES])
     add_follower_services(server, follower, membership, forwarder)

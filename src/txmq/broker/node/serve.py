@@ -175,7 +175,12 @@ def advertised_host(config: BrokerConfig) -> str:
 def _guard(acl: Acl | None, config: BrokerConfig, parts: Parts) -> Guard | None:
     if acl is None or config.acl_file is None:
         return None
-    return Guard(acl, source=config.acl_file, transaction_topic=parts.tx.topic_of)
+    return Guard(
+        acl,
+        source=config.acl_file,
+        transaction_topic=parts.tx.topic_of,
+        date_skew_ms=config.auth_date_skew_s * 1000,
+    )
 
 
 def _grpc_server(guard: Guard | None, parts: Parts, peers: PeerInterceptor | None) -> Any:

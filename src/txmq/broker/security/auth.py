@@ -90,10 +90,19 @@ def metadata_value(metadata: Iterable[Any] | None, name: str) -> str:
 class Guard:
     """The current ACL and the authentication state that goes with it. Event loop only."""
 
-    def __init__(self, acl: Acl, *, source: Path, transaction_topic: TransactionTopic) -> None:
+    def __init__(
+        self,
+        acl: Acl,
+        *,
+        source: Path,
+        transaction_topic: TransactionTopic,
+        date_skew_ms: int = limits.AUTH_DATE_SKEW_S_DEFAULT * 1000,
+    ) -> None:
         self.acl = acl
         self.source = source
         self.transaction_topic = transaction_topic
+        # How far a signed date may be from the broker's clock, either side (auth_date_skew_s).
+        self.date_skew_ms = date_skew_ms
         # (authorization header, date header) verified -> (access key, date in ms).
         self._verified: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
         # Client id -> access key that first used it.
@@ -135,7 +144,7 @@ class Guard:
             access_key, date_ms = verified
             # Present: the cache is emptied whenever the rules change.
             user = self.acl.users[access_key]
-        auth.check_date(date_ms, now_ms)
+        auth.check_date(date_ms, now_ms, self.date_skew_ms)
         if verified is None:
             self._verified[(text, date)] = (user.access_key, date_ms)
             if len(self._verified) > limits.AUTH_SIGNATURE_CACHE_MAX:
