@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench bench-compare clean
+.PHONY: demo test test-slow test-repeat lint bench bench-compare clean
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -25,11 +25,29 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy src
 	$(VENV)/bin/lint-imports
 
+# TXMQ_REQUIRE_TOOLS=1: a test that skips fails instead (a tool its session fixture could not
+# install, say; tests/conftest.py), so a green run ran every test. Skip reasons and the 15
+# slowest tests are printed at the end.
 test: lint
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	TXMQ_REQUIRE_TOOLS=1 $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test-slow: $(STAMP)
-	$(VENV)/bin/pytest -q -m slow
+	$(VENV)/bin/pytest -q -m slow --durations=15
+
+# The tests most exposed to timing, N runs in a row (`make test-repeat N=20`): the kill -9 crash
+# tests, the store's concurrency tests, the replication tests and the Spark driver-kill test.
+# Each run draws fresh seeds (a failure prints its TXMQ_SEED); the last line counts the runs.
+N ?= 5
+REPEAT_TESTS ?= tests/crash tests/unit/test_store_concurrency.py \
+	$(wildcard tests/integration/test_replication*.py) tests/spark/test_stream_crash.py
+
+test-repeat: $(STAMP)
+	@failed=0; for i in $$(seq $(N)); do \
+		echo "test-repeat: run $$i of $(N)"; \
+		TXMQ_REQUIRE_TOOLS=1 $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile \
+			-p no:cacheprovider $(REPEAT_TESTS) || failed=$$((failed + 1)); \
+	done; \
+	echo "test-repeat: $(N) runs, $$failed failed"; test $$failed -eq 0
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run_all.py

@@ -1,6 +1,7 @@
 """A throwaway PostgreSQL server for tests: initdb + pg_ctl from Debian's ``postgresql`` package
-on a free port, its own socket directory, run as an unprivileged user when the tests run as
-root (PostgreSQL refuses root). Skips the test when the binaries or psycopg are missing.
+(the session's ``postgres_bin`` fixture, tests/tools.py) on a free port, its own socket
+directory, run as an unprivileged user when the tests run as root (PostgreSQL refuses root).
+Skips the test when psycopg is missing.
 
 Used by the demo's PostgreSQL test (one server per test) and the audit tests (one per module).
 """
@@ -19,15 +20,7 @@ from pathlib import Path
 
 import pytest
 
-PG_BIN_DIRS = [f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15, 14, 13)]
 PG_TIMEOUT_S = 120
-
-
-def _bin(name: str) -> str:
-    found = shutil.which(name, path=os.pathsep.join([*PG_BIN_DIRS, os.environ["PATH"]]))
-    if found is None:
-        pytest.skip(f"PostgreSQL's {name} is not installed")
-    return found
 
 
 def free_port() -> int:
@@ -45,11 +38,12 @@ def _has_user(name: str) -> bool:
 
 
 @contextmanager
-def postgres_server() -> Iterator[tuple[str, int]]:
-    """A running server with user ``txmq`` (trust auth); yields (libpq URL of database
-    ``postgres``, port). Stopped and deleted on exit."""
+def postgres_server(bin_dir: Path) -> Iterator[tuple[str, int]]:
+    """A running server with user ``txmq`` (trust auth), from the programs in ``bin_dir`` (the
+    session's ``postgres_bin`` fixture); yields (libpq URL of database ``postgres``, port).
+    Stopped and deleted on exit."""
     pytest.importorskip("psycopg")
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+    initdb, pg_ctl = str(bin_dir / "initdb"), str(bin_dir / "pg_ctl")
     user = None
     # Not under pytest's tmp_path: its root-only parent would lock the server's user out.
     work = Path(tempfile.mkdtemp(prefix="txmq-pg-"))

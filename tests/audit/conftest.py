@@ -1,7 +1,8 @@
-"""Fixtures for the ``txmq audit`` tests: Debian's JDBC driver jars (installed with apt-get when
-missing and we are root), one Spark Connect server per module that every ``txmq audit --remote``
-run shares (a Spark session costs a JVM start; a Connect client starts in about a second), a
-broker whose transactions stay undecided for the whole module, and a runner for the command.
+"""Fixtures for the ``txmq audit`` tests: one Spark Connect server per module that every
+``txmq audit --remote`` run shares (a Spark session costs a JVM start; a Connect client starts in
+about a second), with Debian's JDBC driver jars from the session's ``jdbc_jars`` fixture
+(tests/tools.py) on its classpath; a broker whose transactions stay undecided for the whole
+module; and a runner for the command.
 
 The Connect server is the PySpark wheel's own (``spark-submit --class ...SparkConnectServer``),
 with both drivers on its classpath, UTC as its JVM's zone and this interpreter as its Python
@@ -13,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,46 +26,14 @@ from typing import Any
 
 import pytest
 
-from tests.apt import apt_lock
 from tests.integration.conftest import ROOT, BrokerProcess
 from tests.postgres import free_port
 
 if importlib.util.find_spec("pyspark") is None:
     collect_ignore_glob = ["test_audit_[!p]*.py"]
 
-JARS = {
-    "postgresql": Path("/usr/share/java/postgresql.jar"),
-    "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
-}
-PACKAGES = ["libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java"]
-APT_TIMEOUT_S = 600
 CONNECT_START_S = 300.0
 AUDIT_TIMEOUT_S = 600
-
-
-def jars_problem() -> str | None:
-    """Why the JDBC jars cannot be had here, or None once both are installed."""
-    if all(p.is_file() for p in JARS.values()):
-        return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return f"no JDBC jars and not root with apt-get to install {' '.join(PACKAGES)}"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    with apt_lock():
-        if all(p.is_file() for p in JARS.values()):  # another test process installed them
-            return None
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *PACKAGES]):
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-            if r.returncode != 0:
-                return f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
-    return None if all(p.is_file() for p in JARS.values()) else "apt-get left no JDBC jars"
-
-
-@pytest.fixture(scope="session")
-def jdbc_jars() -> dict[str, Path]:
-    problem = jars_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    return dict(JARS)
 
 
 def _spark_env() -> dict[str, str]:

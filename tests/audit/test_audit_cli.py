@@ -149,8 +149,8 @@ def test_consistent_exits_0(
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[tuple[str, int]]:
-    with postgres_server() as server:
+def postgres(postgres_bin: Path) -> Iterator[tuple[str, int]]:
+    with postgres_server(postgres_bin) as server:
         yield server
 
 

@@ -16,7 +16,6 @@ from tests.cli.test_cli import ok, txmq
 from tests.cli.test_cluster_cli import _lines, _two_free_ports
 from tests.cli.test_narrow_tables import assert_whole, narrow
 from tests.integration.conftest import ROOT, wait_until
-from tests.integration.etcd_fixtures import ensure_etcd
 
 
 def _replicas(port: int) -> list[dict[str, object]]:
@@ -28,8 +27,7 @@ def _replicas(port: int) -> list[dict[str, object]]:
     return rows
 
 
-def test_cluster_up_with_replicas_and_status(tmp_path: Path) -> None:
-    ensure_etcd()
+def test_cluster_up_with_replicas_and_status(etcd_binary: Path, tmp_path: Path) -> None:
     port = _two_free_ports(4)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", "2", "--replicas",

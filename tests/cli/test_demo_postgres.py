@@ -4,7 +4,8 @@ the server when its connection drops) and the demo is still consistent.
 
 Method: a throwaway PostgreSQL cluster (initdb + pg_ctl on a free port, its own socket dir,
 run as an unprivileged user when the test runs as root), then the demo against it with an
-embedded broker. Skipped when PostgreSQL's binaries or psycopg are missing.
+embedded broker. PostgreSQL's programs come from the session's ``postgres_bin`` fixture
+(tests/tools.py: Debian's postgresql, installed when missing).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from tests.postgres import postgres_server
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as (url, _port):
+def postgres_url(postgres_bin: Path) -> Iterator[str]:
+    with postgres_server(postgres_bin) as (url, _port):
         yield url
 
 

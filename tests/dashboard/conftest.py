@@ -1,17 +1,15 @@
 """Fixtures for the dashboard tests: a live broker with traffic, the dashboard process, and a
 headless Chromium from Debian's packages driven by Playwright for Python.
 
-The browser: Debian's ``chromium`` at /usr/bin/chromium (installed here with apt-get when it is
-missing and we are root), never a browser build downloaded by ``playwright install``. Without
-Playwright or a Chromium the browser tests are skipped with the reason.
+The browser: Debian's ``chromium``, from the session's ``chromium_binary`` fixture
+(tests/tools.py), never a browser build downloaded by ``playwright install``. Without Playwright
+or a Chromium the browser tests skip with the reason (and fail under TXMQ_REQUIRE_TOOLS=1).
 Screenshots go to ``$TXMQ_TEST_ARTIFACTS/dashboard`` (default ``build/test-artifacts/dashboard``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,11 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.apt import apt_lock
 from tests.integration.conftest import FAST, ROOT, BrokerProcess
 from txmq.dashboard.background import dashboard_process
 
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -35,7 +31,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-APT_TIMEOUT_S = 600
 
 
 def artifacts_dir() -> Path:
@@ -45,34 +40,16 @@ def artifacts_dir() -> Path:
     return path
 
 
-def chromium_problem() -> str | None:
-    """Why no browser can be had here, or None once /usr/bin/chromium exists."""
-    if CHROMIUM.exists():
-        return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return "no /usr/bin/chromium, and not root with apt-get to install Debian's chromium"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    with apt_lock():
-        if CHROMIUM.exists():  # another test process installed it meanwhile
-            return None
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-            if r.returncode != 0:
-                return f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
-    return None if CHROMIUM.exists() else "apt-get installed chromium but not /usr/bin/chromium"
-
-
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(chromium_binary: Path) -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("Playwright for Python is not installed (pip install -e '.[dev]')")
-    problem = chromium_problem()
-    if problem:
-        pytest.skip(f"no headless browser: {problem}")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        b = p.chromium.launch(
+            executable_path=str(chromium_binary), args=CHROMIUM_ARGS, headless=True
+        )
         try:
             yield b
         finally:

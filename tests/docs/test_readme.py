@@ -29,8 +29,6 @@ from pathlib import Path
 import pytest
 
 from tests.docs.readme_blocks import README, Block, Ports, blocks
-from tests.integration.etcd_fixtures import ensure_etcd
-from tests.integration.test_node_client import node_modules  # noqa: F401  (a fixture)
 
 SERVER_READY_S = 240.0
 STOP_S = 30.0
@@ -115,7 +113,7 @@ class Reader:
         outputs = []
         for block in section_blocks(name):
             if block.directive == "node-install":
-                continue  # done by the node_modules fixture
+                continue  # done by the node_client fixture
             if block.server_ports:
                 self.start(block)
             else:
@@ -185,8 +183,8 @@ def test_official_clients(section_servers: Reader) -> None:
     assert order_id in consumed, consumed
 
 
-def test_node_client_block(section_servers: Reader, node_modules: Path) -> None:  # noqa: F811
-    section_servers.env["NODE_PATH"] = str(node_modules)
+def test_node_client_block(section_servers: Reader, node_client: Path) -> None:
+    section_servers.env["NODE_PATH"] = str(node_client)
     [js] = [b for b in section_blocks("The official clients") if b.language == "js"]
     assert "committed order-js-1" in section_servers.run(js)
 
@@ -204,8 +202,7 @@ def test_cluster(section_servers: Reader) -> None:
     assert "created topic payments" in out, out
 
 
-def test_replicas(section_servers: Reader) -> None:
-    ensure_etcd()
+def test_replicas(section_servers: Reader, etcd_binary: Path) -> None:
     all_blocks = section_blocks("Cluster and replicas")
     at = next(i for i, b in enumerate(all_blocks) if b.needs_etcd)
     section_servers.start(all_blocks[at])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from rocketmq import (
     ClientConfiguration,
@@ -59,6 +61,27 @@ def producer(endpoints: str, topics: tuple[str, ...], checker: Checker | None = 
     p = Producer(config(endpoints), topics, checker)
     p.startup()
     return p
+
+
+@contextmanager
+def check_loop_witness(
+    endpoints: str, topic: str, configuration: ClientConfiguration | None = None, **kw: Any
+) -> Iterator[Checker]:
+    """A transaction on ``topic`` left undecided by a live producer that answers every
+    check-back "unknown". Check-backs are routed by topic, so give it one of its own; each
+    check-back its checker records shows that the broker's check loop ran once more, and a test
+    that must see "nothing happens while the loop runs" waits for those instead of sleeping
+    through check intervals. Rolled back on exit."""
+    witness = Checker(lambda m: TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    p = Producer(configuration or config(endpoints), (topic,), witness, **kw)
+    p.startup()
+    try:
+        tx = p.begin_transaction()
+        p.send(message(topic, b"witness"), tx)
+        yield witness
+        tx.rollback()
+    finally:
+        p.shutdown()
 
 
 def consumer(endpoints: str, group: str, topic: str, expr: str = "*") -> SimpleConsumer:

@@ -30,7 +30,9 @@ SECRETS = {
     "orders-app": "orders-secret-0123456789",
     "inventory-app": "inventory-secret-0123456789",
     "ops": "ops-secret-0123456789abcdef",
+    "witness-app": "witness-secret-0123456789",
 }
+WITNESS_TOPIC = "sec-witness"  # a transaction there shows passes of the check loop
 ACL = f"""
 [[users]]
 access_key = "orders-app"
@@ -42,6 +44,11 @@ access_key = "inventory-app"
 secret_key = "{SECRETS["inventory-app"]}"
 subscribe = ["{TOPIC}"]
 groups = ["inventory"]
+
+[[users]]
+access_key = "witness-app"
+secret_key = "{SECRETS["witness-app"]}"
+publish = ["{WITNESS_TOPIC}"]
 
 [[users]]
 access_key = "ops"

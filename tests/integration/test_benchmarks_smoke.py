@@ -139,10 +139,7 @@ def test_bench_inprocess_reports_each_tree(tmp_path: Path) -> None:
     assert out.count("M instructions per transaction") == 2, out
 
 
-def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
-    from tests.integration.etcd_fixtures import ensure_etcd
-
-    ensure_etcd()
+def test_bench_replication_reports_the_sync_ratio(etcd_binary: Path, tmp_path: Path) -> None:
     # --baseline-src: this tree again, as the same-run A/B phase
     args = (
         "--seconds",
@@ -160,9 +157,6 @@ def test_bench_replication_reports_the_sync_ratio(tmp_path: Path) -> None:
     assert "CPU us/op: client" in out and "leader" in out and "follower" in out, out
 
 
-def test_bench_groups_reports_start_and_failover(tmp_path: Path) -> None:
-    from tests.integration.etcd_fixtures import ensure_etcd
-
-    ensure_etcd()
+def test_bench_groups_reports_start_and_failover(etcd_binary: Path, tmp_path: Path) -> None:
     out = run_bench("bench_groups.py", "--runs", "1", tmp=tmp_path)
     assert "2x2 run 0: listening lines" in out and "after kill -9" in out, out

@@ -17,7 +17,7 @@ from txmq.coordination.etcd import Etcd
 from txmq.coordination.etcd_server import start_local_etcd, wait_ready
 from txmq.errors import CoordinationError
 
-from .etcd_fixtures import ensure_etcd, etcd_endpoint  # noqa: F401  (fixture)
+from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 
 TTL = limits.REPLICA_LEASE_TTL_MS
 
@@ -229,11 +229,12 @@ def test_the_operators_put_needs_no_leader_and_the_set_as_read(
     assert etcd.delete_prefix(base) == 1 and etcd.get(base + "insync") is None
 
 
-def test_kept_alive_connections_are_reused_and_survive_an_etcd_restart(tmp_path: Path) -> None:
+def test_kept_alive_connections_are_reused_and_survive_an_etcd_restart(
+    etcd_binary: Path, tmp_path: Path
+) -> None:
     """A replica's client keeps its connections to etcd (no TCP connection, over TLS no
     handshake, per call); one etcd closed while it sat idle is replaced at the next call, which
     succeeds. White box: the idle connections' sockets are compared."""
-    ensure_etcd()
     proc, endpoint = start_local_etcd(tmp_path / "etcd")
     etcd = Etcd(endpoint, keep_alive=True)
     try:

@@ -22,7 +22,6 @@ import pytest
 
 from tests.integration.clients import message, producer
 from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
-from tests.integration.etcd_fixtures import ensure_etcd
 from tests.integration.test_replication import create_topic, leader_of, status
 from txmq.coordination.etcd import Etcd, EtcdTls
 from txmq.coordination.etcd_server import EtcdServing, start_local_etcd
@@ -36,10 +35,9 @@ def pki(tmp_path: Path) -> Bundle:
 
 
 @pytest.fixture
-def tls_etcd(tmp_path: Path, pki: Bundle) -> Iterator[str]:
+def tls_etcd(etcd_binary: Path, tmp_path: Path, pki: Bundle) -> Iterator[str]:
     """An etcd on 127.0.0.1 serving TLS with the bundle's server certificate, requiring
     client certificates signed by the bundle's CA."""
-    ensure_etcd()
     serving = EtcdServing(pki.server_cert, pki.server_key, client_ca=pki.ca)
     client = EtcdTls(pki.ca, pki.client_cert, pki.client_key)
     proc, endpoint = start_local_etcd(tmp_path / "etcd", serving=serving, client=client)

@@ -4,31 +4,23 @@ transactions committed, rolled back and decided by check-back, SimpleConsumer wi
 and changeInvisibleDuration, PushConsumer with failures retried on a normal and a FIFO topic, and
 no message flagged corrupted (issue 16).
 
-Method: npm installs the client once into a cache directory kept between runs
-(``$XDG_CACHE_HOME/txmq-node``, under a file lock); skipped with the reason when node or npm is
-missing or npm cannot install it. ``node/compat.js`` runs every step with bounded waits and prints
-one JSON line, checked here. Topics are created explicitly.
+Method: the session's ``node_client`` fixture (tests/tools.py) installs the client with npm once
+into a cache directory kept between runs; without node, npm or the package the test skips with
+the reason (and fails under TXMQ_REQUIRE_TOOLS=1). ``node/compat.js`` runs every step with
+bounded waits and prints one JSON line, checked here. Topics are created explicitly.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.integration.conftest import BrokerProcess
 from txmq.client.admin import call
 
-PACKAGE = "rocketmq-client-nodejs"
-VERSION = "1.0.8"
 SCRIPT = Path(__file__).with_name("node") / "compat.js"
-NPM_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 240
 TOPICS = {
     "normal": ("node-normal", "normal"),
@@ -40,43 +32,12 @@ TOPICS = {
 }
 
 
-def _cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "txmq-node"
-
-
-@pytest.fixture(scope="module")
-def node_modules() -> Iterator[Path]:
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        pytest.skip("the Node.js client test needs node and npm on PATH (Node.js 18+)")
-    cache = _cache()
-    cache.mkdir(parents=True, exist_ok=True)
-    installed = cache / "node_modules" / PACKAGE / "package.json"
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one npm install at a time into the shared cache
-        if not installed.exists() or json.loads(installed.read_text())["version"] != VERSION:
-            manifest = cache / "package.json"
-            if not manifest.exists():
-                manifest.write_text('{"name": "txmq-node-compat", "private": true}\n')
-            r = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", f"{PACKAGE}@{VERSION}"],
-                cwd=cache,
-                capture_output=True,
-                text=True,
-                timeout=NPM_TIMEOUT_S,
-            )
-            if r.returncode != 0:
-                pytest.skip(f"npm could not install {PACKAGE}@{VERSION}: {r.stderr[-500:]}")
-    yield cache / "node_modules"
-
-
-def test_node_client_end_to_end(broker: BrokerProcess, node_modules: Path, tmp_path: Path) -> None:
+def test_node_client_end_to_end(broker: BrokerProcess, node_client: Path, tmp_path: Path) -> None:
     for name, kind in TOPICS.values():
         call(broker.endpoints, "TopicCreate", {"name": name, "queues": 2, "type": kind})
     names = {key: name for key, (name, _) in TOPICS.items()}
     # HOME: the client's FIFO service logs to ~/logs/rocketmq whatever logger it is given.
-    env = dict(os.environ, NODE_PATH=str(node_modules), HOME=str(tmp_path))
+    env = dict(os.environ, NODE_PATH=str(node_client), HOME=str(tmp_path))
     r = subprocess.run(
         ["node", str(SCRIPT), broker.endpoints, json.dumps(names)],
         cwd=tmp_path,

@@ -17,7 +17,6 @@ from pathlib import Path
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from tests.integration.conftest import wait_until
-from tests.integration.etcd_fixtures import ensure_etcd
 from tests.integration.faults import cpu_seconds, line_count
 from tests.integration.test_replication import _send_raw, leader_of, replica_group, status
 from txmq.coordination.etcd_server import start_local_etcd, wait_ready
@@ -31,9 +30,8 @@ BACK_S = 20.0
 
 
 def test_replicas_stay_idle_while_etcd_is_down_and_lead_again_when_it_returns(
-    tmp_path: Path,
+    etcd_binary: Path, tmp_path: Path
 ) -> None:
-    ensure_etcd()
     etcd_proc, endpoint = start_local_etcd(tmp_path / "etcd")
     group = replica_group(tmp_path, endpoint, "outage", NAMES, 2)
     try:
