@@ -7,7 +7,6 @@ FIFO topics) with the DLQ topic readable by a consumer; positions surviving kill
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 from rocketmq import ConsumeResult, FilterExpression, Message, MessageListener, PushConsumer
@@ -16,6 +15,7 @@ from rocketmq.v5.exception import BadRequestException
 from tests.integration.clients import config, consumer, drain, message, producer
 from tests.integration.conftest import BrokerProcess, wait_until
 from txmq.broker.consume.positions import FILE_NAME, OffsetFile
+from txmq.client.admin import call
 
 CODE_INVALID_RECEIPT_HANDLE = 40013
 
@@ -108,14 +108,21 @@ def test_push_consumer_failures_reach_the_dlq(broker: BrokerProcess, fifo: bool)
         # The broker fixture runs with --delivery-attempts-max 3.
         wait_until(lambda: len(listener.attempts) >= 3, 60, "three consume attempts")
         dead = _dlq_bodies(broker.endpoints, group, 1)
-        # sleep: a quiet period: no event marks 'no fourth attempt', only time passing does
-        time.sleep(2)  # sleep: see above
+        # No fourth attempt: once the group holds nothing unread and nothing in flight on the
+        # topic, the broker has nothing left to deliver, so the three attempts are all.
+        wait_until(lambda: _settled(broker.endpoints, group, topic), 30, "the topic settled")
     finally:
         pc.shutdown()
     assert [body for body, _ in listener.attempts] == [b"poison"] * 3
     if not fifo:
         assert [a for _, a in listener.attempts] == [1, 2, 3]
     assert [m.body for m in dead] == [b"poison"]
+
+
+def _settled(endpoints: str, group: str, topic: str) -> bool:
+    rows = [g for g in call(endpoints, "GroupList", {})["groups"] if g["group"] == group]
+    queues = [q for g in rows for q in g["queues"] if q["topic"] == topic]
+    return bool(queues) and all(q["lag"] == 0 and q["inflight"] == 0 for q in queues)
 
 
 def _saved_consumed(broker: BrokerProcess, group: str) -> int:

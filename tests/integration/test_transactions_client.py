@@ -25,7 +25,14 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from rocketmq.v5.exception import ClientException
 
-from tests.integration.clients import Checker, config, drain, message, producer
+from tests.integration.clients import (
+    Checker,
+    check_loop_witness,
+    config,
+    drain,
+    message,
+    producer,
+)
 from tests.integration.conftest import BrokerProcess, wait_until
 from txmq.client.admin import call
 
@@ -55,10 +62,14 @@ def test_a_left_producers_transaction_waits_for_the_next_live_producer(
     tx = a.begin_transaction()
     half = a.send(message("txw", b"orphan"), tx)
     a.shutdown()  # leaves without deciding
-    # With nobody to ask, check-backs are not spent: many check intervals (1 s) pass and the
+    # With nobody to ask, check-backs are not spent: the check loop passes it by, again and
+    # again (a witness transaction, due after it, is checked three times meanwhile), and the
     # transaction is neither checked nor given up.
-    time.sleep(4)  # sleep: a quiet period; no event marks 'no check-back was spent'
+    with check_loop_witness(broker.endpoints, "txw-witness") as witness:
+        wait_until(lambda: len(witness.calls) >= 3, 30, "three passes of the check loop")
     assert first.calls == []
+    shown = call(broker.endpoints, "TxnShow", {"id": half.transaction_id})
+    assert shown["checks"] == 0 and not shown["dead"], shown
     second = Checker(lambda m: R.COMMIT)
     b = producer(broker.endpoints, ("txw",), second)
     try:

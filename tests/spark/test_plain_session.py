@@ -22,7 +22,10 @@ from tests.spark.conftest import java_problem
 from txmq.client.admin import call
 from txmq.spark.client import BrokerClient, build_message
 
-pytestmark = pytest.mark.spark
+# Slow (~25-50 s: a driver JVM of its own): `make test-slow` runs it. The default suite checks
+# that the wheel carries the pyspark_txmq hook (tests/cli/test_installed_demo.py), and
+# tests/spark reads and writes format("txmq") through the registered source.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CHILD = Path(__file__).with_name("plain_session_child.py")
 QUEUES = 2
