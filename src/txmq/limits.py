@@ -299,8 +299,12 @@ AUTH_DATE_SKEW_S_MAX: Final = 14 * 3600 + AUTH_DATE_SKEW_S_DEFAULT
 # second, so this covers thousands of active clients for one second each.
 AUTH_SIGNATURE_CACHE_MAX: Final = 4096
 # Client ids remembered with the access key that first used them (a client id cannot be taken
-# over by another user's credentials, which would redirect that producer's check-backs).
+# over by another user's credentials, which would redirect that producer's check-backs), in all
+# and per access key: far below the total, so that no user alone fills the table; a key at its
+# bound whose client ids all have an open Telemetry stream is refused a new one
+# (broker/security/client_ids.py). A fleet of 1,000 live clients sharing one key fits.
 AUTH_CLIENT_IDS_MAX: Final = CLIENTS_MAX
+AUTH_CLIENT_IDS_PER_KEY_MAX: Final = 1_000
 # Users and patterns in one ACL file.
 ACL_USERS_MAX: Final = 10_000
 ACL_PATTERNS_PER_USER_MAX: Final = 1_000
@@ -539,6 +543,7 @@ assert DASHBOARD_PAGE_ROWS_MAX <= ADMIN_PAGE_ROWS_MAX
 assert SECRET_KEY_LENGTH_MIN <= SECRET_KEY_LENGTH_MAX
 assert ACCESS_KEY_LENGTH_MAX + 2 * 40 < AUTH_HEADER_LENGTH_MAX
 assert 0 < AUTH_DATE_SKEW_S_DEFAULT < AUTH_DATE_SKEW_S_MAX
+assert 0 < AUTH_CLIENT_IDS_PER_KEY_MAX < AUTH_CLIENT_IDS_MAX
 assert CLUSTER_PEER_CALL_TIMEOUT_MS < CLUSTER_PROBE_PERIOD_MS
 assert SINK_BUNDLE_BYTES_MAX <= BODY_SIZE_MAX_DEFAULT
 assert SINK_BUNDLE_MESSAGES_MAX < 65536

@@ -84,6 +84,13 @@ def test_a_client_id_stays_with_its_first_access_key(guard: Guard) -> None:
         guard.authenticate(other, now_of(other))
     mine = meta("b", "secret-of-b-0123456789", client="producer-2")
     assert guard.authenticate(mine, now_of(mine)).access_key == "b"
+    # New rules that still have "a": its client id stays its own (anyone could take a live
+    # producer's id right after a reload otherwise); rules without "a" free it.
+    guard.replace(guard.acl)
+    with pytest.raises(UnauthorizedError, match="client id 'producer-1' is in use"):
+        guard.authenticate(other, now_of(other))
+    guard.replace(parse_acl(ACL.replace('access_key = "a"', 'access_key = "a2"'), "acl"))
+    assert guard.authenticate(other, now_of(other)).access_key == "b"
 
 
 def test_acl_file_permissions_and_reload(guard: Guard, tmp_path: Path) -> None:

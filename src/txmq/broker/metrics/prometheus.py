@@ -158,7 +158,7 @@ class Metrics:
         self.checks = Count(lock)
         self.refusals = Counts(
             "txmq_calls_refused",
-            "Calls refused by the ACL (status: unauthorized, forbidden)",
+            "Calls refused by the ACL (status: unauthorized, forbidden, too_many_requests)",
             ("status",),
             lock,
         )

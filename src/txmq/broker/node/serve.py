@@ -180,6 +180,7 @@ def _guard(acl: Acl | None, config: BrokerConfig, parts: Parts) -> Guard | None:
         source=config.acl_file,
         transaction_topic=parts.tx.topic_of,
         date_skew_ms=config.auth_date_skew_s * 1000,
+        streams=parts.clients,
     )
 
 

@@ -134,6 +134,19 @@ class Clients:
             self._rebuild_subscribed()
         return gone
 
+    def has_stream(self, client_id: str) -> bool:
+        """Whether ``client_id`` has an open Telemetry stream (its binding to an access key is
+        then kept whatever other keys do, broker/security/client_ids.py)."""
+        s = self.sessions.get(client_id)
+        return s is not None and s.connected
+
+    def forget_idle(self, client_id: str) -> None:
+        """Forget a session without an open stream whose client id's binding was given up
+        (client_ids.py): a user's sessions stay within its bound number of client ids."""
+        s = self.sessions.get(client_id)
+        if s is not None and not s.connected:
+            self.remove(client_id)
+
     def live_publishers(self, topic: str) -> list[Session]:
         return [s for s in self.sessions.values() if s.connected and topic in s.topics]
 

@@ -2,9 +2,10 @@
 
 Owns: reading the ACL file (refused when group or others may read it), the current rules and
 their reload, authenticating one call's metadata (``Guard.authenticate``, with a cache of
-verified headers per date), the binding of client ids to the access key that
-first used them, and the rights each RPC needs (``RULES``, ``DATA_RULES``). The interceptor that
-applies them at the edge of the server is txmq/broker/security/interceptor.py.
+verified headers per date), checking each call's client id against the access key it is bound
+to (the bindings and their bounds: client_ids.py), and the rights each RPC needs (``RULES``,
+``DATA_RULES``). The interceptor that applies them at the edge of the server is
+txmq/broker/security/interceptor.py.
 Must not: block the event loop beyond a dictionary lookup and one HMAC, or log a secret.
 
 Rights per RPC (docs/security.md):
@@ -36,6 +37,7 @@ from typing import Any, Final
 
 from txmq import limits
 from txmq.broker.config.broker_config import BrokerConfig
+from txmq.broker.security.client_ids import ClientIds, NoStreams, Streams
 from txmq.broker.security.tls import read_pem
 from txmq.errors import ConfigError, ForbiddenError, UnauthorizedError, invariant
 from txmq.protocol import auth
@@ -97,6 +99,7 @@ class Guard:
         source: Path,
         transaction_topic: TransactionTopic,
         date_skew_ms: int = limits.AUTH_DATE_SKEW_S_DEFAULT * 1000,
+        streams: Streams | None = None,
     ) -> None:
         self.acl = acl
         self.source = source
@@ -105,14 +108,17 @@ class Guard:
         self.date_skew_ms = date_skew_ms
         # (authorization header, date header) verified -> (access key, date in ms).
         self._verified: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
-        # Client id -> access key that first used it.
-        self._client_ids: OrderedDict[str, str] = OrderedDict()
+        # Client id -> the access key that first used it; ``streams``: the sessions, whose
+        # Telemetry streams keep a binding (none: a follower has no sessions of its own).
+        self.client_ids = ClientIds(streams or NoStreams())
 
     def replace(self, acl: Acl) -> None:
-        """Take new rules; cached signatures were computed with the old secrets."""
+        """Take new rules; cached signatures were computed with the old secrets. Client ids stay
+        bound to the access keys the new rules still have (forgetting them would let anyone
+        take a live producer's client id right after a reload)."""
         self.acl = acl
         self._verified.clear()
-        self._client_ids.clear()
+        self.client_ids.keep_only(acl.users)
 
     def reload_read(self) -> Acl | None:
         """Re-read the ACL file (SIGHUP; any thread): the new rules, or None when the file is
@@ -131,6 +137,7 @@ class Guard:
         Raises:
             UnauthorizedError: no, malformed, stale or wrong credentials, an unknown access key,
                 or a client id already used with another access key.
+            TooManyRequestsError: a new client id the bindings have no room for (client_ids.py).
         """
         pairs = tuple(metadata or ())
         text = metadata_value(pairs, auth.HEADER_AUTHORIZATION)
@@ -164,17 +171,8 @@ class Guard:
         return user, date_ms
 
     def _bind_client_id(self, client_id: str, user: User) -> None:
-        if not client_id:
-            return
-        owner = self._client_ids.get(client_id)
-        if owner is None:
-            self._client_ids[client_id] = user.access_key
-            if len(self._client_ids) > limits.AUTH_CLIENT_IDS_MAX:
-                self._client_ids.popitem(last=False)
-            return
-        if owner != user.access_key:
-            raise UnauthorizedError(f"client id {client_id!r} is in use by another access key")
-        self._client_ids.move_to_end(client_id)
+        if client_id:
+            self.client_ids.bind(client_id, user.access_key)
 
 
 # --- Rights. ------------------------------------------------------------------------------------

@@ -3,15 +3,14 @@
 Owns: wrapping each registered method handler once (cached by method name, so a call costs a
 dictionary lookup, not a new handler) with a check of the caller's credentials and rights, and
 the shape of a refusal in each service's own response type: a v2 RPC answers its own response
-message with Status UNAUTHORIZED (40100) or FORBIDDEN (40300) and a message naming what was
-refused; the admin channel answers ``{"ok": false, "code", "error"}``; the data channel the same
-header in its framing. Telemetry is checked once, when the stream opens. A follower's
-forwarding handlers take raw bytes (broker/replication/forward.py): their request is decoded once
-here for
-the check only, and a refusal is answered serialized; the leader checks the same call again.
-Must not: hold rules (txmq/broker/security/auth.py) or touch the handlers' logic. Installed only
-with an
-ACL file: an open broker pays nothing for it.
+message with Status UNAUTHORIZED (40100), FORBIDDEN (40300) or, for a new client id the
+bindings have no room for, TOO_MANY_REQUESTS (42900), and a message naming what was refused;
+the admin channel answers ``{"ok": false, "code", "error"}``; the data channel the same header
+in its framing. Telemetry is checked once, when the stream opens. A follower's forwarding
+handlers take raw bytes (broker/replication/forward.py): their request is decoded once here
+for the check only, and a refusal is answered serialized; the leader checks the same call
+again. Must not: hold rules (txmq/broker/security/auth.py) or touch the handlers' logic.
+Installed only with an ACL file: an open broker pays nothing for it.
 """
 
 from __future__ import annotations
@@ -35,14 +34,27 @@ from txmq.broker.security.auth import (
     drop_unpublishable,
     need_admin,
 )
-from txmq.errors import ForbiddenError, TxmqError, UnauthorizedError, invariant
+from txmq.errors import (
+    ForbiddenError,
+    TooManyRequestsError,
+    TxmqError,
+    UnauthorizedError,
+    invariant,
+)
 from txmq.protocol import channels, mapping
 
 log = logging.getLogger("txmq.broker")
 
 V2_SERVICE: Final = "apache.rocketmq.v2.MessagingService"
 Refusal = Callable[[TxmqError], Any]
-Refused = (UnauthorizedError, ForbiddenError)
+# What the checks refuse a call with: bad credentials, missing rights, and a new client id the
+# bindings have no room for (client_ids.py).
+Refused = (UnauthorizedError, ForbiddenError, TooManyRequestsError)
+_STATUS_LABELS: Final = {
+    UnauthorizedError: "unauthorized",
+    ForbiddenError: "forbidden",
+    TooManyRequestsError: "too_many_requests",
+}
 
 
 def _v2_refusal(name: str) -> Refusal:
@@ -161,8 +173,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     async def _refused(self, context: Any, method: str, exc: TxmqError, refuse: Any) -> Any:
         self._log_refusal(method, context.peer(), exc)
         if self.refusals is not None:
-            status = "forbidden" if isinstance(exc, ForbiddenError) else "unauthorized"
-            self.refusals.labels(status).inc()
+            label = next(v for kind, v in _STATUS_LABELS.items() if isinstance(exc, kind))
+            self.refusals.labels(label).inc()
         if refuse is None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         return refuse(exc)
