@@ -56,10 +56,11 @@ class BrokerProcess:
     args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[str] | None = None
     port: int = 0
+    host: str = "127.0.0.1"  # the address it binds (another loopback address: behind a proxy)
 
     @property
     def endpoints(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -82,6 +83,7 @@ class BrokerProcess:
             str(self.data_dir),
             "--port",
             str(self.port),
+            *(["--host", self.host] if self.host != "127.0.0.1" else []),
             # Test brokers create topics on first use (off by default); a test of the default
             # passes --no-auto-create-topics, which wins as the later flag.
             "--auto-create-topics",
