@@ -58,7 +58,7 @@ SEGMENT_RESERVE_AHEAD_BYTES: Final = 16 * MiB
 CONSUME_QUEUE_RESERVE_AHEAD_ENTRIES: Final = 1024
 INDEX_RESERVE_AHEAD_BYTES: Final = 256 * KiB
 # Space the store keeps reserved for derived data, the checkpoint and the broker's state files,
-# given back when the disk fills (store/ballast.py): enough for a clean stop and a restart.
+# given back when the disk fills (store/files/ballast.py): enough for a clean stop and a restart.
 STORE_RESERVE_BYTES: Final = 8 * MiB
 # Damaged commit-log records remembered for the store's health report (the count goes on).
 DAMAGED_RECORDS_REPORTED_MAX: Final = 1000
@@ -70,8 +70,9 @@ SCRUB_BYTES_PER_STEP: Final = 4 * MiB
 SCRUB_PASS_PAUSE_MS: Final = 10 * 60_000
 # ASYNC flush mode: how long an acknowledged write may stay only in the page cache.
 FLUSH_INTERVAL_MS_DEFAULT: Final = 500
-# Group commit (store/flush.py): after a group of 2+ writes the flusher lingers up to LINGER_US
-# for as many writes as were lately outstanding at once (<= WRITERS_MAX); a lone writer never waits.
+# Group commit (store/write/group_commit.py): after a group of 2+ writes the flusher lingers up to
+# LINGER_US for as many writes as were lately outstanding at once (<= WRITERS_MAX); a lone writer
+# never waits.
 GROUP_COMMIT_LINGER_US_DEFAULT: Final = 8_000
 GROUP_COMMIT_LINGER_US_MAX: Final = 1_000_000
 GROUP_COMMIT_WRITERS_MAX: Final = 4096
@@ -441,12 +442,12 @@ FORWARD_DEADLINE_MARGIN_MS: Final = 200
 FORWARD_CALLS_MAX: Final = 4_096
 # A follower asks for the leader's topic definitions this often (they are not in the log).
 REPLICA_TOPICS_PERIOD_MS: Final = 1_000
-# (epoch, start offset) pairs a store's leader-epoch history keeps (store/epochs.py): one per
-# change of leader whose records the log holds. The oldest go first; a follower whose shared
+# (epoch, start offset) pairs a store's leader-epoch history keeps (store/replica/epochs.py):
+# one per change of leader whose records the log holds. The oldest go first; a follower whose shared
 # epoch was forgotten only truncates deeper (to the next shared one, or 0).
 REPLICA_EPOCHS_MAX: Final = 1_024
-# Random bytes of a replica store's incarnation id (store/identity.py, hex in the file and in
-# etcd's in-sync set): 128 bits, so two lives of a data directory never draw the same id.
+# Random bytes of a replica store's incarnation id (store/replica/identity.py, hex in the file
+# and in etcd's in-sync set): 128 bits, so two lives of a data directory never draw the same id.
 REPLICA_INCARNATION_BYTES: Final = 16
 
 # --- Dashboard. -----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from tests.crash.store_child import CONFIG, QUEUES, body_of
 from txmq.errors import CorruptRecordError
 from txmq.format import record as codec
 from txmq.model import Record
-from txmq.store.segment import is_segment_name, segment_name
+from txmq.store.log.segment import is_segment_name, segment_name
 from txmq.store.store import Store
 
 CHILD = Path(__file__).with_name("store_child.py")

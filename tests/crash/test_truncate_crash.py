@@ -1,4 +1,4 @@
-"""Kill -9 in the middle of cutting a divergent tail (txmq.store.truncate), with real files.
+"""Kill -9 in the middle of cutting a divergent tail (txmq.store.replica.truncate), with real files.
 
 Method: one store with records across several segments, closed (its checkpoint at the end)
 and an epoch history whose last epoch starts past the cut. For each step of the truncation a
@@ -24,10 +24,10 @@ import pytest
 from tests.conftest import SMALL, Clock
 from tests.unit.test_store_replica import _fill
 from tests.unit.test_store_truncate import consistent
-from txmq.store.disk import OsDisk
-from txmq.store.epochs import EpochFile
+from txmq.store.files.disk import OsDisk
+from txmq.store.replica.epochs import EpochFile
+from txmq.store.replica.truncate import truncate_closed
 from txmq.store.store import Store
-from txmq.store.truncate import truncate_closed
 
 CHILD = Path(__file__).with_name("truncate_child.py")
 ROOT = Path(__file__).parents[2]

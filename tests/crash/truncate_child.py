@@ -1,7 +1,7 @@
 """Child process for the truncation crash test: cut a closed store, SIGKILL itself after a step.
 
 Usage: truncate_child.py STORE_DIR OFFSET STEP
-(STEP is one of store/truncate.py's step names: marked, checkpoint, log, epochs)
+(STEP is one of store/replica/truncate.py's step names: marked, checkpoint, log, epochs)
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from tests.conftest import SMALL
-from txmq.store.disk import OsDisk
-from txmq.store.truncate import truncate_closed
+from txmq.store.files.disk import OsDisk
+from txmq.store.replica.truncate import truncate_closed
 
 
 def main() -> None:

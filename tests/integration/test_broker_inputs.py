@@ -27,7 +27,7 @@ from txmq import errors, limits
 from txmq.broker.config.broker_config import BrokerConfig
 from txmq.broker.topics.registry import TopicRegistry
 from txmq.model import MessageType
-from txmq.store.disk import OsDisk
+from txmq.store.files.disk import OsDisk
 
 META = [("x-mq-client-id", "inputs-test")]
 

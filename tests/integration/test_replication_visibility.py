@@ -28,7 +28,7 @@ from tests.integration.test_replication import (
     status,
 )
 from txmq.spark.client import BrokerClient
-from txmq.store.acked import FILE_NAME as ACKED_FILE
+from txmq.store.replica.acked import FILE_NAME as ACKED_FILE
 
 from .etcd_fixtures import etcd_endpoint  # noqa: F401  (fixture)
 

@@ -17,7 +17,7 @@ from tests.cli.test_cli import ok, txmq
 from tests.integration.conftest import BrokerProcess, wait_until
 from txmq.client.admin import call
 from txmq.model import RecordDraft
-from txmq.store.segment import segment_name
+from txmq.store.log.segment import segment_name
 from txmq.store.store import Store
 
 

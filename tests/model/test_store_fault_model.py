@@ -23,7 +23,7 @@ from hypothesis.stateful import precondition, rule
 
 from tests.model.test_store_model import ROOT, SYNC, Rec, StoreModel, records
 from txmq.errors import DiskFullError, StoreFencedError
-from txmq.store.segment import segment_name
+from txmq.store.log.segment import segment_name
 
 
 class FaultModel(StoreModel):

@@ -26,7 +26,7 @@ from tests.conftest import Clock
 from txmq.errors import StoreFencedError
 from txmq.model import OP_TOPIC, FlushMode, RecordDraft, TxnFlag
 from txmq.store.config import StoreConfig
-from txmq.store.sim_disk import SimDisk
+from txmq.store.files.sim_disk import SimDisk
 from txmq.store.store import Store
 
 ROOT = Path("/sim/model")
@@ -162,7 +162,7 @@ class StoreModel(RuleBasedStateMachine):
     @rule(entries=st.sampled_from((1, 3, 205)))
     def derived_writes_every(self, entries: int) -> None:
         """Queue and index entries wait in memory until a file's buffer holds this many bytes
-        (store/dispatch.py): 20 writes them at every publish, 60 leaves a tail in memory at
+        (store/derived/dispatch.py): 20 writes them at every publish, 60 leaves a tail in memory at
         most, 4,100 (the default is 4,096) rarely writes before a checkpoint."""
         self.store._dispatcher.write_bytes = entries * 20
 

@@ -1,4 +1,4 @@
-"""The leader-epoch rule (txmq.store.epochs): where two replicas' logs stop agreeing.
+"""The leader-epoch rule (txmq.store.replica.epochs): where two replicas' logs stop agreeing.
 
 Method: the pure rule on hand-made histories for each shape a failover leaves (an old leader's
 unreplicated tail, a follower that missed a whole epoch, no shared epoch, an empty epoch), then
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from txmq import limits
-from txmq.store.disk import OsDisk
-from txmq.store.epochs import FILE_NAME, EpochFile, divergence_point, epoch_end
-from txmq.store.sim_disk import SimDisk
+from txmq.store.files.disk import OsDisk
+from txmq.store.files.sim_disk import SimDisk
+from txmq.store.replica.epochs import FILE_NAME, EpochFile, divergence_point, epoch_end
 
 
 def test_an_old_leaders_unreplicated_tail_is_cut_at_the_new_leaders_start() -> None:

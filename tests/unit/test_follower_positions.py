@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from txmq.broker.replication.positions_copy import PositionsCopy, clamp_positions
-from txmq.store.disk import OsDisk
+from txmq.store.files.disk import OsDisk
 
 
 def test_positions_past_a_followers_queue_end_are_cut_back_to_it() -> None:

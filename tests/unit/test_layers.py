@@ -1,9 +1,10 @@
-"""The layers contract (``[tool.importlinter]`` in pyproject.toml, run by ``make test``) can fail.
+"""The contracts (``[tool.importlinter]`` in pyproject.toml, run by ``make test``) can fail.
 
-Method: copy the package and the contract into a temporary directory, run ``lint-imports`` on
-the copy as it is (kept), then with one import planted that runs back up (broken): the dashboard
-importing the CLI (what ``txmq.cli : txmq.dashboard`` used to allow) and the admin client
-importing the dashboard.
+Method: copy the package and the contracts into a temporary directory, run ``lint-imports`` on
+the copy as it is (kept), then with one import planted that runs back up (broken): between the
+packages (the dashboard importing the CLI, what ``txmq.cli : txmq.dashboard`` used to allow; the
+admin client importing the dashboard) and between the rooms inside the broker and the store (a
+lower room importing a higher one, or one sibling another).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def tree(tmp_path: Path) -> Path:
 def test_the_package_as_it_is_keeps_the_contract(tree: Path) -> None:
     kept = _lint(tree)
     assert kept.returncode == 0, kept.stdout + kept.stderr
-    assert "txmq layers KEPT" in kept.stdout
+    for contract in ("txmq layers", "broker rooms", "store rooms"):
+        assert f"{contract} KEPT" in kept.stdout
 
 
 @pytest.mark.parametrize(
@@ -70,5 +72,27 @@ def test_an_import_that_runs_back_up_breaks_the_contract(
     broken = _lint(tree)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "txmq layers BROKEN" in broken.stdout
+    dotted = "txmq." + module.removesuffix(".py").replace("/", ".")
+    assert dotted in broken.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "contract"),
+    [
+        ("store/log/commit_log.py", "from txmq.store.derived import dispatch", "store rooms"),
+        ("store/write/write_path.py", "from txmq.store.recovery import repair", "store rooms"),
+        ("store/files/disk.py", "from txmq.store import store", "store rooms"),
+        ("broker/topics/registry.py", "from txmq.broker.node import serve", "broker rooms"),
+    ],
+)
+def test_an_import_across_rooms_breaks_their_contract(
+    tree: Path, module: str, planted: str, contract: str
+) -> None:
+    path = tree / "src" / "txmq" / module
+    path.write_text(path.read_text() + f"\n{planted}  # planted by test_layers\n")
+    broken = _lint(tree)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert f"{contract} BROKEN" in broken.stdout
+    assert "txmq layers KEPT" in broken.stdout  # the rooms' contract, not the packages', caught it
     dotted = "txmq." + module.removesuffix(".py").replace("/", ".")
     assert dotted in broken.stdout

@@ -1,5 +1,5 @@
 """A store opened with a read hold (``Store.open(visible_end=...)``) and the acknowledged end
-kept beside the log (store/acked.py): ADR 0005, "readers see only what the in-sync replicas
+kept beside the log (store/replica/acked.py): ADR 0005, "readers see only what the in-sync replicas
 have", from the moment a replica opens as a SYNC leader.
 
 Real stores in tmp dirs with small segments (so a hold and a cut cross segment rolls).
@@ -14,11 +14,17 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import OffsetNotFoundError
 from txmq.model import RecordDraft, TxnFlag
-from txmq.store.acked import FILE_NAME, AckedEnd, cut_acked_end, load_acked_end, save_acked_end
-from txmq.store.disk import OsDisk
-from txmq.store.replica import Hold
+from txmq.store.files.disk import OsDisk
+from txmq.store.replica.acked import (
+    FILE_NAME,
+    AckedEnd,
+    cut_acked_end,
+    load_acked_end,
+    save_acked_end,
+)
+from txmq.store.replica.hold import Hold
+from txmq.store.replica.truncate import truncate_closed
 from txmq.store.store import Store
-from txmq.store.truncate import truncate_closed
 
 
 def _bodies(store: Store, topic: str = "a") -> list[bytes]:

@@ -17,8 +17,8 @@ from tests.conftest import SMALL, Clock
 from txmq import limits
 from txmq.cli.verify import verify
 from txmq.model import RecordDraft
-from txmq.store.consume_queue import ENTRY
-from txmq.store.segment import segment_name
+from txmq.store.derived.consume_queue import ENTRY
+from txmq.store.log.segment import segment_name
 from txmq.store.store import Store
 
 

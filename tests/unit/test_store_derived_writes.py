@@ -1,7 +1,7 @@
 """Consume-queue and index entries are buffered in memory and written to their files in batches
-(store/dispatch.py, "Derived writes"): readers see a buffered entry at once, a crash between the
-log's fsync and the derived write loses nothing (recovery re-dispatches from the commit log),
-and a checkpoint never records a length its files do not hold. Real files, a real store;
+(store/derived/dispatch.py, "Derived writes"): readers see a buffered entry at once, a crash
+between the log's fsync and the derived write loses nothing (recovery re-dispatches from the commit
+log), and a checkpoint never records a length its files do not hold. Real files, a real store;
 ``abandon`` stops it as kill -9 would (the abort marker stays, buffers are lost)."""
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from txmq.store.disk import Faults, FaultyDisk, OsDisk
-from txmq.store.sim_disk import SimDisk
+from txmq.store.files.disk import Faults, FaultyDisk, OsDisk
+from txmq.store.files.sim_disk import SimDisk
 
 P = Path("/sim/d/f")
 

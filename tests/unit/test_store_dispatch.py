@@ -12,9 +12,9 @@ from pathlib import Path
 
 from txmq.format.record import Entry
 from txmq.model import TxnFlag
-from txmq.store.consume_queue import tag_hash
-from txmq.store.disk import FileHandle, OsDisk, WrappedFile
-from txmq.store.dispatch import Dispatcher
+from txmq.store.derived.consume_queue import tag_hash
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.files.disk import FileHandle, OsDisk, WrappedFile
 
 WAIT_S = 10.0
 

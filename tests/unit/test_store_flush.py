@@ -16,10 +16,10 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import ConfigError, DiskFullError, StoreFencedError
 from txmq.model import FlushMode, RecordDraft
-from txmq.store.disk import FileHandle, WrappedFile
-from txmq.store.flush import Group
-from txmq.store.sim_disk import SimDisk
+from txmq.store.files.disk import FileHandle, WrappedFile
+from txmq.store.files.sim_disk import SimDisk
 from txmq.store.store import Store
+from txmq.store.write.group_commit import Group
 
 ROOT = Path("/sim/store")
 
@@ -218,13 +218,13 @@ def test_a_roll_writes_the_staged_records_before_syncing_the_full_segment(clock:
     assert disk.entered.acquire(timeout=10), "the flusher's fsync started"
     staged = start_writers(s, range(11, 16), errors)
     wait_until(lambda: len(s.writes.group._pending) == 5, "five writers staged and wait")
-    assert len(s.log._staged) == 5, "their bytes wait for the flusher, not written yet"
+    assert len(s.log._staging) == 5, "their bytes wait for the flusher, not written yet"
     roller = threading.Thread(
         target=s.append, args=(RecordDraft(topic="t", queue_id=0, body=b"r" * big),)
     )
     roller.start()
     assert disk.entered.acquire(timeout=10), "the roll syncs the full segment"
-    assert s.log._staged == [], "written before that sync"
+    assert len(s.log._staging) == 0, "written before that sync"
     disk.gated = False
     disk.gate.set()
     for t in [*first, *staged, roller]:

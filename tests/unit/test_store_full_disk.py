@@ -21,11 +21,11 @@ from txmq.cli.verify import verify
 from txmq.errors import CorruptRecordError, DiskFullError, StoreFencedError
 from txmq.format import record as codec
 from txmq.model import RecordDraft
-from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
-from txmq.store.disk import FileHandle, OsDisk
-from txmq.store.segment import segment_name
-from txmq.store.sim_disk import SimDisk
+from txmq.store.files.disk import FileHandle, OsDisk
+from txmq.store.files.sim_disk import SimDisk
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.log.segment import segment_name
 from txmq.store.store import Store
 
 ROOT = Path("/sim/full")

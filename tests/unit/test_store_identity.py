@@ -1,4 +1,5 @@
-"""A replica store's incarnation (txmq.store.identity): made once, kept, new after a wipe."""
+"""A replica store's incarnation (txmq.store.replica.identity): made once, kept, new after
+a wipe."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from txmq.store.disk import OsDisk
-from txmq.store.identity import FILE_NAME, incarnation, read_incarnation, renew_incarnation
+from txmq.store.files.disk import OsDisk
+from txmq.store.replica.identity import FILE_NAME, incarnation, read_incarnation, renew_incarnation
 from txmq.store.store import Store
 
 

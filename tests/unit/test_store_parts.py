@@ -12,13 +12,13 @@ import pytest
 from txmq.errors import CorruptRecordError, OffsetNotFoundError
 from txmq.format import record as codec
 from txmq.model import RecordDraft
-from txmq.store import index as index_module
-from txmq.store.checkpoint import Checkpoint
-from txmq.store.commit_log import CommitLog
-from txmq.store.consume_queue import ConsumeQueue, tag_hash
-from txmq.store.disk import OsDisk
-from txmq.store.index import MessageIndex, id_hash, key_hash
-from txmq.store.segment import segment_name
+from txmq.store.derived import index as index_module
+from txmq.store.derived.checkpoint import Checkpoint
+from txmq.store.derived.consume_queue import ConsumeQueue, tag_hash
+from txmq.store.derived.index import MessageIndex, id_hash, key_hash
+from txmq.store.files.disk import OsDisk
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.log.segment import segment_name
 
 SEGMENT = 64 * 1024
 

@@ -1,4 +1,4 @@
-"""Records kept as written (store/recent.py): a read answered from the draft returns exactly
+"""Records kept as written (store/derived/recent.py): a read answered from the draft returns exactly
 what decoding the log's bytes returns, only while the log holds those very bytes; the map stays
 within its bounds. Real stores in tmp dirs."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from tests.conftest import SMALL, Clock
 from txmq.format import record as codec
 from txmq.model import AppendResult, Record, RecordDraft, TxnFlag
-from txmq.store.recent import Recent, record
-from txmq.store.segment import segment_name
+from txmq.store.derived.recent import Recent, record
+from txmq.store.log.segment import segment_name
 from txmq.store.store import Store
 
 DRAFTS = [

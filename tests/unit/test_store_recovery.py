@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import CorruptRecordError
 from txmq.model import RecordDraft
-from txmq.store import index as index_module
-from txmq.store.disk import tear_tail
+from txmq.store.derived import index as index_module
+from txmq.store.files.disk import tear_tail
 from txmq.store.store import Store
 
 SEG0 = f"{0:020d}"

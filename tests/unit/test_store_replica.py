@@ -1,4 +1,5 @@
-"""Log shipping at the store (txmq.store.replica): a follower's log is its leader's, verbatim.
+"""Log shipping at the store (txmq.store.replica.shipping): a follower's log is its leader's,
+verbatim.
 
 Method: two real stores in tmp dirs with small segments (so shipments cross segment rolls and
 their end-of-segment blanks); random batches of plain, half, commit and rollback records on the
@@ -18,17 +19,17 @@ import pytest
 from tests.conftest import SMALL, Clock
 from txmq.errors import CorruptRecordError, StoreFencedError
 from txmq.model import RecordDraft, TxnFlag
-from txmq.store import replica
 from txmq.store.config import StoreConfig
-from txmq.store.replica import (
+from txmq.store.files.sim_disk import SimDisk
+from txmq.store.replica import shipping
+from txmq.store.replica.hold import Hold
+from txmq.store.replica.shipping import (
     DivergedError,
-    Hold,
     append_shipped,
     durable_end,
     ship,
     written_out_end,
 )
-from txmq.store.sim_disk import SimDisk
 from txmq.store.store import Store
 
 FLAGS = (TxnFlag.NORMAL, TxnFlag.NORMAL, TxnFlag.PREPARED, TxnFlag.COMMIT, TxnFlag.ROLLBACK)
@@ -166,7 +167,7 @@ def test_an_inline_sync_follower_closed_before_it_synced_keeps_the_shipment(
     leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
     leader.append_many([RecordDraft("a", 0, b"y" * 50, message_id=f"m{i}") for i in range(4)])
     follower = Store.open(tmp_path / "f", SMALL, now_ms=clock, inline_sync=True)
-    group, end = replica.append_shipped_nowait(follower, ship(leader, 0).data)
+    group, end = shipping.append_shipped_nowait(follower, ship(leader, 0).data)
     assert group is not None and end == leader.log_end_offset
     follower.close()
     follower = Store.open(tmp_path / "f", SMALL, now_ms=clock, inline_sync=True)
@@ -279,7 +280,7 @@ def test_a_hold_publishes_a_batch_the_followers_had_before_it_was_durable_here(
 def test_a_one_read_shipment_is_what_the_scan_ships(tmp_path: Path) -> None:
     """``ship``'s one-read path (a round's few records) against its scan path, for every range
     of up to five batches: the same shipment where it applies; it declines ranges that leave a
-    segment (the scan ships those). The two paths are called directly: store/replica.py is
+    segment (the scan ships those). The two paths are called directly: store/replica/shipping.py is
     compiled (txmq/compiled.py), so a patched module attribute would not reach ``ship``."""
     clock = Clock()
     leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)
@@ -292,12 +293,12 @@ def test_a_one_read_shipment_is_what_the_scan_ships(tmp_path: Path) -> None:
     quick = {}
     for i, start in enumerate(ends[:-1]):
         for end in ends[i + 1 : i + 6]:
-            quick[start, end] = replica._ship_in_one_read(leader, start, end, 1 << 20)
+            quick[start, end] = shipping._ship_in_one_read(leader, start, end, 1 << 20)
     taken = 0
     for (start, end), got in quick.items():
         if got is not None:
             taken += 1
-            assert got == replica._ship_scanning(leader, start, end, 1 << 20)
+            assert got == shipping._ship_scanning(leader, start, end, 1 << 20)
     assert 0 < taken < len(quick), "both paths are exercised"
     leader.close()
 

@@ -24,8 +24,8 @@ from txmq.errors import (
 )
 from txmq.format import record as codec
 from txmq.model import HALF_TOPIC, OP_TOPIC, FlushMode, QueueRead, RecordDraft, TxnFlag
-from txmq.store.disk import Faults, FaultyDisk
-from txmq.store.segment import segment_name
+from txmq.store.files.disk import Faults, FaultyDisk
+from txmq.store.log.segment import segment_name
 from txmq.store.store import Store
 
 

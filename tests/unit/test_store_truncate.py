@@ -1,4 +1,4 @@
-"""Cutting a divergent tail (txmq.store.truncate) on real files, and refetching only it.
+"""Cutting a divergent tail (txmq.store.replica.truncate) on real files, and refetching only it.
 
 Method: a leader and a follower store with small segments (so tails cross segment rolls); the
 follower copies the leader (ship/append_shipped, both stamping epoch histories as the broker
@@ -19,13 +19,13 @@ from tests.conftest import SMALL, Clock
 from tests.unit.test_store_replica import _fill, _same
 from txmq.format.record import enters_queue
 from txmq.model import RecordDraft
-from txmq.store import checkpoint as cpfile
-from txmq.store.disk import OsDisk
-from txmq.store.epochs import EpochFile, divergence_point
-from txmq.store.replica import append_shipped, ship
-from txmq.store.sim_disk import SimDisk
+from txmq.store.derived import checkpoint as cpfile
+from txmq.store.files.disk import OsDisk
+from txmq.store.files.sim_disk import SimDisk
+from txmq.store.replica.epochs import EpochFile, divergence_point
+from txmq.store.replica.shipping import append_shipped, ship
+from txmq.store.replica.truncate import truncate_closed
 from txmq.store.store import Store
-from txmq.store.truncate import truncate_closed
 
 
 def copy(leader: Store, follower: Store, epochs: EpochFile, leader_epochs: EpochFile) -> int:
@@ -160,7 +160,7 @@ class _PowerLoss(Exception):
 def test_a_power_loss_after_any_step_of_a_cut_leaves_a_store_that_opens(
     tmp_path: Path, step: str, seed: int
 ) -> None:
-    """The simulated disk (store/sim_disk.py) loses every unsynced write or truncate at the
+    """The simulated disk (store/files/sim_disk.py) loses every unsynced write or truncate at the
     crash, keeping a seeded prefix of them: each step's durability must not lean on later ones."""
     disk, clock = SimDisk(), Clock()
     path = tmp_path / "s"

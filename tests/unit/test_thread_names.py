@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import SMALL, Clock
 from txmq.model import RecordDraft
-from txmq.store.sim_disk import SimDisk
+from txmq.store.files.sim_disk import SimDisk
 from txmq.store.store import Store
 from txmq.thread_names import name_os_thread
 

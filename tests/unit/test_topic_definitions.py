@@ -20,7 +20,7 @@ from txmq.broker.cluster.membership import copy_definition, define, definition, 
 from txmq.broker.topics.registry import TopicInfo, TopicRegistry
 from txmq.errors import BadRequestError, TopicNotFoundError
 from txmq.model import MessageType
-from txmq.store.disk import OsDisk
+from txmq.store.files.disk import OsDisk
 
 EXPLICIT = {"name": "orders", "queues": 2, "type": "transaction", "all": False}
 

@@ -23,7 +23,7 @@ from txmq.broker.consume.positions import Ask, ConsumerPositions, Delivery
 from txmq.broker.state.parts import Parts
 from txmq.errors import InvalidReceiptHandleError
 from txmq.model import MessageType, RecordDraft
-from txmq.store.disk import OsDisk
+from txmq.store.files.disk import OsDisk
 from txmq.store.store import Store
 
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from txmq.errors import BadRequestError, CorruptRecordError
 from txmq.format import record as codec
-from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
-from txmq.store.consume_queue import ConsumeQueue
-from txmq.store.disk import OsDisk
+from txmq.store.derived.consume_queue import ConsumeQueue
+from txmq.store.derived.index import MessageIndex, id_hash
+from txmq.store.files.disk import OsDisk
 from txmq.store.health import Health
-from txmq.store.index import MessageIndex, id_hash
-from txmq.store.repair import Cursor, walk
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.recovery.repair import Cursor, walk
 
 
 def verify(data_dir: Path) -> dict[str, Any]:

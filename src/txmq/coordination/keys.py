@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from txmq.coordination.etcd import KeyValue
 from txmq.errors import RemoteProtocolError, invariant
-from txmq.store.epochs import EpochStart, divergence_point
+from txmq.store.replica.epochs import EpochStart, divergence_point
 
 # (name, incarnation); incarnation None: unknown (a set stored before incarnations were, or a
 # follower that sent none), which matches whatever incarnation that name has (the old rule).

@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from txmq.store.checkpointer import Checkpointer
-from txmq.store.commit_log import CommitLog
-from txmq.store.dispatch import Dispatcher
+from txmq.store.derived.checkpointer import Checkpointer
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.log.commit_log import CommitLog
 
 
 class Retention:

@@ -1,10 +1,10 @@
 """The store façade: commit log + write path + dispatcher (consume queues, index) + recovery.
 
 Owns: the public ``Store`` API (docs/ARCHITECTURE.md) and putting its parts together: the
-commit log (``commit_log``: segments), the write path (``write_path``: the writer lock, queue
-offsets and store timestamps, the disk watermark, and the group commit of ``flush``), the
-dispatcher (``dispatch``: queues and index) and its reader, recovery at open (``recovery``),
-checkpoints (``checkpointer``), repair (``repair``) and retention (``retention``). Must not:
+commit log (log/), the write path (write/: the writer lock, queue offsets and store timestamps,
+the disk watermark, the group commit), the dispatcher of queues and index and its reader
+(derived/), recovery at open and repair (recovery/), checkpoints (derived/checkpointer.py) and
+retention (retention.py). Must not:
 use asyncio, read the wall clock (time comes from ``now_ms``) or do file I/O except through
 ``Disk``.
 
@@ -29,26 +29,26 @@ from pathlib import Path
 from txmq import limits
 from txmq.errors import OffsetNotFoundError
 from txmq.model import AppendResult, FlushMode, QueueBytes, QueueRead, Record, RecordDraft
-from txmq.store import checkpoint as cpfile
-from txmq.store.ballast import Ballast
-from txmq.store.checkpointer import Checkpointer
-from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
-from txmq.store.disk import Disk, OsDisk
-from txmq.store.flush import Pending
+from txmq.store.derived import checkpoint as cpfile
+from txmq.store.derived.checkpointer import Checkpointer
+from txmq.store.derived.reader import Reader
+from txmq.store.derived.recent import Recent
+from txmq.store.files.ballast import Ballast
+from txmq.store.files.disk import Disk, OsDisk
 from txmq.store.health import Health
-from txmq.store.reader import Reader
-from txmq.store.recent import Recent
-from txmq.store.recovery import recover_store
-from txmq.store.repair import Scrubber, rebuild_queue
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.recovery.recover import recover_store
+from txmq.store.recovery.repair import Scrubber, rebuild_queue
 from txmq.store.retention import Retention
-from txmq.store.watermark import Watermark
-from txmq.store.write_path import WritePath
+from txmq.store.write.group_commit import Pending
+from txmq.store.write.watermark import Watermark
+from txmq.store.write.write_path import WritePath
 
 
 class Store:
     """See the module docstring. Thread-safe; open with ``Store.open``. ``writes`` is the
-    write path (store/write_path.py): replication writes shipped records through it and waits
+    write path (store/write/write_path.py): replication writes shipped records through it and waits
     on its group commit."""
 
     def __init__(
@@ -134,9 +134,9 @@ class Store:
         inline_sync: bool = False,
     ) -> Store:
         """Create or recover the store in ``data_dir``; records past ``visible_end`` are not
-        made readable (``recovery.held``, for the caller's store/replica.Hold: ADR 0005).
+        made readable (``recovery.held``, for the caller's store/replica/hold.Hold: ADR 0005).
         ``inline_sync``: a follower's store, written only by store/replica, which syncs each
-        shipment in the writing thread (flush.py ``inline``; never ``append_many``).
+        shipment in the writing thread (write/group_commit.py ``inline``; never ``append_many``).
 
         Raises:
             CorruptRecordError: mid-log corruption, or a torn tail after a clean shutdown.
@@ -303,8 +303,8 @@ class Store:
         whose tag is in ``tags``, stopping before their sizes pass ``max_bytes`` (the first
         record always comes). A filtered read looks at most READ_SCAN_ENTRIES_MAX entries;
         ``next_offset`` moves past entries it skipped, so a filtered reader still progresses.
-        Each record is checked against its queue entry (store/reader.py): a damaged record is
-        reported in ``health`` and skipped, a wrong entry makes the queue be rebuilt."""
+        Each record is checked against its queue entry (store/derived/reader.py): a damaged record
+        is reported in ``health`` and skipped, a wrong entry makes the queue be rebuilt."""
         self._check_open()
         return self._reader.read_queue(
             topic, queue_id, offset, max_count, tags=tags, max_bytes=max_bytes
@@ -343,7 +343,8 @@ class Store:
 
     def scrub_step(self, budget: int = limits.SCRUB_BYTES_PER_STEP) -> list[tuple[str, int]]:
         """Re-verify the next ``budget`` bytes of the log (CRCs, blank spans, queue entries);
-        returns the queues it rebuilt. The broker calls this every second (store/repair.py)."""
+        returns the queues it rebuilt. The broker calls this every second
+        (store/recovery/repair.py)."""
         self._check_open()
         with self._scrub_lock:
             rebuilt = self._scrubber.step(

@@ -69,8 +69,8 @@ from txmq.model import (
     RecordDraft,
     TxnFlag,
 )
-from txmq.store.flush import Pending
 from txmq.store.store import Store
+from txmq.store.write.group_commit import Pending
 from txmq.txn import records
 from txmq.txn.book import Due, Txn, TxnBook, Wait
 from txmq.txn.ids import new_transaction_id

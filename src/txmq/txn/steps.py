@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from typing import TypeVar
 
 from txmq.errors import TransactionError
-from txmq.store.flush import Pending
+from txmq.store.write.group_commit import Pending
 
 T = TypeVar("T")
 Steps = Generator[Pending, None, T]

@@ -37,7 +37,7 @@ from txmq.broker.consume.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
 from txmq.model import PROP_MESSAGE_GROUP, Record
 from txmq.protocol.mapping import validate_group
-from txmq.store.disk import Disk, OsDisk
+from txmq.store.files.disk import Disk, OsDisk
 from txmq.store.store import Store
 
 FILE_NAME = "consumer-positions.json"

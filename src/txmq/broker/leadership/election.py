@@ -8,7 +8,7 @@ the offset the group has durable (``InSync``). The rules are ADR 0005's.
 Must not: do I/O, read a clock or know etcd's wire format (etcd.py and leadership.py do).
 
 Members are (name, incarnation) pairs: the incarnation is the id of the replica's data
-directory (store/identity.py), new whenever that directory starts empty. A replica restarted
+directory (store/replica/identity.py), new whenever that directory starts empty. A replica restarted
 on a wiped disk under its old name is another member: it neither counts for acks nor may lead
 until it caught up under its new incarnation and the leader stored it (Kafka's KIP-966).
 

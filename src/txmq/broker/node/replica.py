@@ -43,8 +43,8 @@ from txmq.coordination.etcd import Etcd
 from txmq.errors import ConfigError, NotLeaderError
 from txmq.protocol.acl import Acl
 from txmq.protocol.client_security import ClientSecurity, open_aio_channel
-from txmq.store.disk import OsDisk
-from txmq.store.identity import incarnation
+from txmq.store.files.disk import OsDisk
+from txmq.store.replica.identity import incarnation
 
 log = logging.getLogger(__name__)
 _SHUTDOWN_GRACE_S = 1.0

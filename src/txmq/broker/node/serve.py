@@ -48,8 +48,8 @@ from txmq.coordination.cluster_file import ClusterFile, Member
 from txmq.errors import ConfigError
 from txmq.protocol.acl import Acl
 from txmq.protocol.client_security import ClientSecurity
-from txmq.store.acked import load_acked_end
-from txmq.store.disk import OsDisk
+from txmq.store.files.disk import OsDisk
+from txmq.store.replica.acked import load_acked_end
 from txmq.thread_names import name_os_thread
 
 log = logging.getLogger("txmq.broker")
@@ -92,7 +92,8 @@ class Loops:
         self.parts.clients.expire(self.parts.now_ms())
 
     async def scrub(self) -> None:
-        """Re-verify the next stretch of the log and its queue entries (store/repair.py)."""
+        """Re-verify the next stretch of the log and its queue entries
+        (store/recovery/repair.py)."""
         await self.servicer.run(self.parts.store.scrub_step)
 
     async def slow_housekeeping(self) -> None:

@@ -29,7 +29,7 @@ from txmq.model import (
     RecordDraft,
     copy_to_topic,
 )
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 from txmq.store.store import Store
 
 log = logging.getLogger("txmq.broker")

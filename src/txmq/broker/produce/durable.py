@@ -19,7 +19,7 @@ import weakref
 from concurrent.futures import Executor
 from typing import TypeVar
 
-from txmq.store.flush import Group, Pending
+from txmq.store.write.group_commit import Group, Pending
 from txmq.txn.steps import Steps, run_blocking
 
 T = TypeVar("T")

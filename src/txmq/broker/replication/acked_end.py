@@ -1,4 +1,5 @@
-"""Saving a replica's acknowledged end beside its log (store/acked.py) without waiting for it.
+"""Saving a replica's acknowledged end beside its log (store/replica/acked.py) without waiting for
+it.
 
 Owns: ``KeptEnd.offer``, called by a leader for each fetch it answers and by a follower for
 each fetch reply it applies: when a higher end is due (``AckedEnd.due``: at most every
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from txmq.store.acked import AckedEnd
+from txmq.store.replica.acked import AckedEnd
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """A follower replica: copy the leader's commit log and topics; answer clients with the leader.
 
 Owns: the fetch loop (long polls to the leader's Replica channel from this store's end, each
-answer appended verbatim by ``store.replica.append_shipped``), the leader's topic definitions
-(every ``REPLICA_TOPICS_PERIOD_MS``), the leader's epoch history as its records arrive
-(store/epochs.py), a divergent tail (the leader does not hold our last record: the leader's
+answer appended verbatim by ``store.replica.shipping.append_shipped``), the leader's topic
+definitions (every ``REPLICA_TOPICS_PERIOD_MS``), the leader's epoch history as its records arrive
+(store/replica/epochs.py), a divergent tail (the leader does not hold our last record: the leader's
 epoch history gives the end of the largest epoch both logs hold, and the store is cut there,
-store/truncate.py, then fetched from there; ADR 0005), and the follower's gRPC face:
+store/replica/truncate.py, then fetched from there; ADR 0005), and the follower's gRPC face:
 QueryRoute and QueryAssignment answer every group at every replica under the group's name
 (membership.py), the other MessagingService calls are forwarded to the leader (forward.py),
 the admin and data channels are refused with HA_NOT_AVAILABLE naming the leader (but
@@ -54,12 +54,12 @@ from txmq.errors import (
 )
 from txmq.protocol import channels, mapping
 from txmq.protocol.client_security import PLAINTEXT, ClientSecurity
-from txmq.store.acked import AckedEnd
-from txmq.store.epochs import EpochFile, EpochStart, divergence_point
-from txmq.store.identity import incarnation, renew_incarnation
-from txmq.store.replica import append_shipped, last_of, tail_of
+from txmq.store.replica.acked import AckedEnd
+from txmq.store.replica.epochs import EpochFile, EpochStart, divergence_point
+from txmq.store.replica.identity import incarnation, renew_incarnation
+from txmq.store.replica.shipping import append_shipped, last_of, tail_of
+from txmq.store.replica.truncate import truncate_closed
 from txmq.store.store import Store
-from txmq.store.truncate import truncate_closed
 from txmq.txn.coordinator import SNAPSHOT_FILE
 
 log = logging.getLogger(__name__)

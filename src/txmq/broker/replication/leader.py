@@ -5,7 +5,7 @@ its end offset; ``Follow``: the same rounds on one long-lived stream, a request 
 in lockstep, ended after a refusal (leader_link.py is the follower's side); ``Epochs``: this
 leader's epoch history and end, for a follower whose tail diverged; ``Status``: this replica's
 role, leader, epoch, end, in-sync set and lags), stamping
-the log with this leader's epoch before its first write (store/epochs.py),
+the log with this leader's epoch before its first write (store/replica/epochs.py),
 and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
 that many in-sync replicas (ADR 0005).
@@ -14,8 +14,8 @@ handlers (rpcs.py).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
 JSON header, then the records. Fetch takes ``{"follower", "incarnation"?, "from", "epoch", "last"?,
-"topics"?}`` (``incarnation``: of the follower's data directory, store/identity.py; ``last`` =
-[offset, crc] of the follower's last record, to detect a divergent tail) and answers
+"topics"?}`` (``incarnation``: of the follower's data directory, store/replica/identity.py;
+``last`` = [offset, crc] of the follower's last record, to detect a divergent tail) and answers
 ``{"ok", "next_offset", "leader_end", "epoch", "epochs", "committed", "topics"?}`` + records
 (``epochs``: the (epoch, start) pairs that start in the shipped range; ``committed``: the group's
 durable end with SYNC replication, else 0), or a refusal
@@ -54,11 +54,11 @@ from txmq.errors import (
     invariant,
 )
 from txmq.protocol import channels
-from txmq.store.acked import AckedEnd
-from txmq.store.epochs import EpochFile
-from txmq.store.replica import (
+from txmq.store.replica.acked import AckedEnd
+from txmq.store.replica.epochs import EpochFile
+from txmq.store.replica.hold import Hold
+from txmq.store.replica.shipping import (
     DivergedError,
-    Hold,
     durable_end,
     notify_written,
     ship,
@@ -365,7 +365,7 @@ class Replication:
     def _committed(self) -> int:
         """The group's durable end now (every stored in-sync member holds every byte below it:
         readers may see it, here and on whichever of them leads next), kept as this replica's
-        known acknowledged end, in memory and lazily beside the log (store/acked.py)."""
+        known acknowledged end, in memory and lazily beside the log (store/replica/acked.py)."""
         now = self.leadership.clock()
         committed = self.insync.durable_end(durable_end(self.store), self.min_insync, now)
         self.leadership.committed = max(self.leadership.committed, committed)
@@ -375,7 +375,7 @@ class Replication:
     def epochs_of(self, args: dict[str, Any]) -> dict[str, Any]:
         """This leader's epoch history and log end (written out: what it ships) (Kafka's
         OffsetsForLeaderEpoch, whole: the follower finds the largest shared epoch itself,
-        store/epochs.divergence_point)."""
+        store/replica/epochs.divergence_point)."""
         self._check_leading()
         if int_arg(args, "epoch") != self.epoch:
             raise NotLeaderError(f"epochs for epoch {args.get('epoch')} at epoch {self.epoch}")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 QueueOffsets = Callable[[str, int], tuple[int, int]]
 

@@ -17,7 +17,7 @@ from txmq import limits
 from txmq.errors import BadRequestError, ConfigError, TooManyRequestsError, TopicNotFoundError
 from txmq.model import MessageType
 from txmq.protocol.mapping import validate_topic
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 
 @dataclass(frozen=True, slots=True)

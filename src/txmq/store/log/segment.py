@@ -16,7 +16,7 @@ from txmq import limits
 from txmq.errors import CorruptRecordError
 from txmq.format import record as codec
 from txmq.model import Record
-from txmq.store.disk import FileHandle
+from txmq.store.files.disk import FileHandle
 
 # Scans read segments in chunks this big, so a 1 GiB log costs ~128 reads, not a million.
 SCAN_CHUNK_BYTES: Final = 8 * limits.MiB

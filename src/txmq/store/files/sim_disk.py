@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from txmq.store.disk import FileHandle
+from txmq.store.files.disk import FileHandle
 
 
 @dataclass

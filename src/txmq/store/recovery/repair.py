@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from txmq import limits
 from txmq.errors import CorruptRecordError
 from txmq.format.record import Entry, decode_entry, enters_queue
-from txmq.store.commit_log import CommitLog, blank_span_reason
-from txmq.store.consume_queue import tag_hash
-from txmq.store.dispatch import Dispatcher
+from txmq.store.derived.consume_queue import tag_hash
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.derived.index import hashes_of, id_hash
 from txmq.store.health import Health
-from txmq.store.index import hashes_of, id_hash
-from txmq.store.segment import iter_raw
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.log.search import blank_span_reason
+from txmq.store.log.segment import iter_raw
 
 QueueKey = tuple[str, int]
 CqEntry = tuple[int, int, int]

@@ -31,8 +31,8 @@ import crc32c
 
 from txmq import limits
 from txmq.errors import CorruptRecordError, invariant
-from txmq.store import space
-from txmq.store.disk import Disk, FileHandle
+from txmq.store.files import space
+from txmq.store.files.disk import Disk, FileHandle
 
 ENTRY = struct.Struct(">QQ")
 # Bound once: compiled code calls a Final bound function without looking it up (issue 17).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from txmq import limits
 from txmq.errors import is_disk_full
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 RESERVE_NAME = "reserve"
 log = logging.getLogger(__name__)

@@ -31,12 +31,12 @@ from txmq import limits
 from txmq.errors import CorruptRecordError, OffsetNotFoundError
 from txmq.format import record as codec
 from txmq.model import QueueBytes, QueueRead, Record
-from txmq.store.commit_log import CommitLog
-from txmq.store.consume_queue import ConsumeQueue, tag_hash
-from txmq.store.dispatch import Dispatcher
+from txmq.store.derived.consume_queue import ConsumeQueue, tag_hash
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.derived.index import id_hash, key_hash
+from txmq.store.derived.recent import Recent, record
 from txmq.store.health import Health
-from txmq.store.index import id_hash, key_hash
-from txmq.store.recent import Recent, record
+from txmq.store.log.commit_log import CommitLog
 
 # Where the header fields an entry promises sit in a record (docs/formats.md).
 _QUEUE = struct.Struct(">Hq")  # queue_id, queue_offset

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from txmq import limits
 from txmq.errors import CorruptRecordError, invariant
-from txmq.store import space
-from txmq.store.disk import Disk, FileHandle
-from txmq.store.segment import is_segment_name, segment_name
+from txmq.store.files import space
+from txmq.store.files.disk import Disk, FileHandle
+from txmq.store.log.segment import is_segment_name, segment_name
 
 ENTRY = struct.Struct(">QIQ")
 assert ENTRY.size == limits.CONSUME_QUEUE_ENTRY_SIZE

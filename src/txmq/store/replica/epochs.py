@@ -6,7 +6,7 @@ increasing, starts non-decreasing. A leader appends (its epoch, its log end) bef
 write; a follower appends the leader's pairs as the records they start arrive, before it
 appends them. Also the pure rule ``divergence_point`` (given two histories and log ends, the
 offset up to which both logs hold the same records).
-Must not: know about etcd or the network, or change the commit log (store/truncate.py does).
+Must not: know about etcd or the network, or change the commit log (store/replica/truncate.py does).
 
 Why a file and not a marker record in the log: a record would enter the format, every reader
 (queues, the transaction book, Spark, scans) would have to skip it, and a follower's log would
@@ -32,7 +32,7 @@ from typing import Final
 
 from txmq import limits
 from txmq.errors import invariant
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 FILE_NAME: Final = "leader-epochs.json"
 EpochStart = tuple[int, int]  # (epoch, first offset of its records)

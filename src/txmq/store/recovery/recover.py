@@ -28,26 +28,27 @@ derived data cannot be trusted: it is wiped and rebuilt from the log start.
 
 With ``visible_end`` (a replica opening as a SYNC leader, ADR 0005) only the records ending at
 or below it are dispatched; the rest are verified as usual and handed back in the report
-(``held``) for the read hold (store/replica.Hold) to publish once the in-sync replicas have
+(``held``) for the read hold (store/replica/hold.Hold) to publish once the in-sync replicas have
 them. The caller's checkpoint must not vouch past ``visible_end`` (``Store`` cuts it first).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
-from txmq.errors import CorruptRecordError
+from txmq.errors import CorruptRecordError, invariant
 from txmq.format.record import Entry, decode_entry, enters_queue
-from txmq.store import checkpoint as cpfile
-from txmq.store.checkpoint import Checkpoint
-from txmq.store.commit_log import CommitLog, blank_span_reason
-from txmq.store.disk import Disk
-from txmq.store.dispatch import Dispatcher
-from txmq.store.segment import iter_raw
-from txmq.store.truncate import checkpoint_at
+from txmq.store.derived import checkpoint as cpfile
+from txmq.store.derived.checkpoint import Checkpoint
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.derived.index import hashes_of
+from txmq.store.files.disk import Disk
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.log.search import blank_span_reason
+from txmq.store.log.segment import iter_raw
 
 log_ = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class _Scan:
 
     def publish(self, dispatcher: Dispatcher, end: int) -> None:
         """Dispatch the ready records (visible below ``end``), but keep back those past
-        ``visible_end`` (counted, not kept: store/replica.Hold reads them again when it
+        ``visible_end`` (counted, not kept: store/replica/hold.Hold reads them again when it
         publishes them); then the visible end stops at the first one kept back."""
         shown = self.ready
         if self.visible_end is not None:
@@ -238,3 +239,23 @@ def _walk(log: CommitLog, start: int, dispatcher: Dispatcher, scan: _Scan) -> No
                 return scan.fail(item.offset, "segment ends early without an end marker")
         pos = 0
     return None
+
+
+def checkpoint_at(log: CommitLog, saved: cpfile.Checkpoint, offset: int) -> cpfile.Checkpoint:
+    """What ``saved`` vouches for below ``offset``: it minus the records in between."""
+    queues = dict(saved.queues)
+    index_entries = saved.index_entries
+    firsts: dict[tuple[str, int], int] = {}
+    for rec, scan_end in log.scan_for_recovery(offset):
+        if rec is None:  # the end (a checkpoint after a blank vouches for the segment's end)
+            if scan_end.bad_reason and scan_end.offset < saved.log_offset:
+                raise CorruptRecordError(scan_end.offset, scan_end.bad_reason)
+            break
+        if rec.physical_offset >= saved.log_offset:
+            break
+        if enters_queue(rec.flag):
+            firsts.setdefault((rec.topic, rec.queue_id), rec.queue_offset)
+        index_entries -= len(hashes_of(rec.topic, rec.message_id, rec.keys))
+    queues.update(firsts)
+    invariant(index_entries >= 0, "the checkpoint's index holds the tail's entries")
+    return replace(saved, log_offset=offset, index_entries=index_entries, queues=queues)

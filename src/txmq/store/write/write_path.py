@@ -3,8 +3,8 @@
 Owns: ``WritePath``: the writer lock (its group commit's ``lock``), the checks before a write
 (closed, fenced, the disk watermark), assigning queue offsets and store timestamps, placing a
 batch in the log with one reservation and one write, and handing its dispatch entries to the
-group commit (store/flush.py), which makes them durable and then readable. Two ways in: a
-producer's drafts (``append_nowait``: encoded here) and a replica's shipped records, which
+group commit (store/write/group_commit.py), which makes them durable and then readable. Two ways
+in: a producer's drafts (``append_nowait``: encoded here) and a replica's shipped records, which
 carry their offsets already (``append_placed``: written where the leader wrote them). ``group``
 is public for whoever waits on durability (its ends, ``check_durable``, ``sync_here``, the read
 hold's ``replace_publish``).
@@ -31,12 +31,12 @@ from txmq.errors import (
 )
 from txmq.format import record as codec
 from txmq.model import AppendResult, FlushMode, RecordDraft
-from txmq.store.commit_log import CommitLog
 from txmq.store.config import StoreConfig
-from txmq.store.dispatch import Dispatcher
-from txmq.store.flush import Group, GroupCommit, Pending
-from txmq.store.recent import Recent
-from txmq.store.watermark import Watermark
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.derived.recent import Recent
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.write.group_commit import Group, GroupCommit, Pending
+from txmq.store.write.watermark import Watermark
 
 
 class WritePath:

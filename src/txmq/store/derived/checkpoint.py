@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from txmq.errors import CorruptRecordError
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 CHECKPOINT_NAME: Final = "checkpoint.json"
 ABORT_NAME: Final = "abort"

@@ -31,11 +31,11 @@ from typing import Final
 from txmq import limits
 from txmq.errors import CorruptRecordError, is_disk_full
 from txmq.format.record import Entry, enters_queue
-from txmq.store.checkpoint import Checkpoint
-from txmq.store.consume_queue import ENTRY as CQ_ENTRY
-from txmq.store.consume_queue import ConsumeQueue
-from txmq.store.disk import Disk, FileHandle
-from txmq.store.index import ENTRY, MessageIndex, hashes_of
+from txmq.store.derived.checkpoint import Checkpoint
+from txmq.store.derived.consume_queue import ENTRY as CQ_ENTRY
+from txmq.store.derived.consume_queue import ConsumeQueue
+from txmq.store.derived.index import ENTRY, MessageIndex, hashes_of
+from txmq.store.files.disk import Disk, FileHandle
 
 CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
 # A queue's or the index's buffered entries are written to its file once they are this many
@@ -63,7 +63,7 @@ class Dispatcher:
         self.index = MessageIndex(data_dir / "index", disk, load=load_index)
         self.end = 0
         # Called when a write of derived data meets a full disk; True if it freed space (the
-        # store's reserve, store/ballast.py), and then the write is retried once.
+        # store's reserve, store/files/ballast.py), and then the write is retried once.
         self.on_disk_full: Callable[[], bool] = lambda: False
         # Called with the bytes a derived reservation is about to add to the disk; raises
         # DiskFullError to refuse (the store's write watermark).

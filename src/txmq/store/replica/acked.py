@@ -5,13 +5,13 @@ byte below ``end`` was, when this replica learned it, durable on every member of
 stored in-sync set at the same offsets (as a follower: its leader's ``committed``, cut to its
 own end; as a leader: the group's durable end). Any replica that may lead holds those bytes, so
 readers may see them. A replica opening as a SYNC leader starts its read hold there
-(``Store.open(visible_end=...)``, store/replica.Hold): a tail it holds past that end becomes
+(``Store.open(visible_end=...)``, store/replica/hold.Hold): a tail it holds past that end becomes
 readable only once the in-sync replicas have it.
 Written lazily (``AckedEnd.due``: at most every SAVE_EVERY_MS), so the file may say
 less than the replica knew: the safe direction (a restarted replica holds back more, until its
 followers confirm it, and shows nothing early). Lowered before a cut moves the log below it
-(store/truncate.py), and never read past the log's end, so it never vouches for bytes this log
-does not hold or holds differently. An unreadable file counts as 0 (everything held).
+(store/replica/truncate.py), and never read past the log's end, so it never vouches for bytes this
+log does not hold or holds differently. An unreadable file counts as 0 (everything held).
 Must not: decide what is acknowledged (broker/replication/leader.py and follower.py do).
 """
 
@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import Final
 
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 FILE_NAME: Final = "acked-end.json"
 # A higher end is written at most this often: one small fsynced file per second per replica.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from txmq import limits
-from txmq.store.disk import Disk
+from txmq.store.files.disk import Disk
 
 FILE_NAME: Final = "incarnation.json"
 log = logging.getLogger(__name__)

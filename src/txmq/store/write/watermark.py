@@ -4,7 +4,7 @@ Owns: ``Watermark``, asked before each write (``check``: disk usage read every
 ``_CHECK_EVERY`` writes or ``_CHECK_MS``, whichever comes first, since a statvfs per write would
 cost more than the write) and before each reservation of log or derived space (``check_growth``:
 the bytes about to be added must stay below the watermark). Also takes the disk reserve back
-(store/ballast.py) once there is room again. Must not: write anything but the reserve, or read
+(store/files/ballast.py) once there is room again. Must not: write anything but the reserve, or read
 the clock (the writer passes its reading).
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Final
 
 from txmq.errors import DiskFullError
-from txmq.store.ballast import Ballast
-from txmq.store.disk import Disk
+from txmq.store.files.ballast import Ballast
+from txmq.store.files.disk import Disk
 
 _CHECK_EVERY: Final = 256
 _CHECK_MS: Final = 1_000

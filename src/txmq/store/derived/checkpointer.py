@@ -1,7 +1,7 @@
 """Taking checkpoints: when the consume queues and the index are synced and recorded.
 
 Owns: ``Checkpointer``, which syncs the dispatcher's files and saves the checkpoint file
-(store/checkpoint.py) after every ``CHECKPOINT_EVERY_BYTES`` the group commit made durable
+(store/derived/checkpoint.py) after every ``CHECKPOINT_EVERY_BYTES`` the group commit made durable
 (``after_flush``), before retention deletes segments, after the scrubber rebuilt the index
 (``retake``) and at close. A checkpoint bounds recovery's work after a crash; one skipped on a
 full disk costs only recovery time, since the previous one still vouches for a prefix of the
@@ -19,9 +19,9 @@ from typing import Final
 
 from txmq import limits
 from txmq.errors import StoreFencedError, is_disk_full
-from txmq.store import checkpoint as cpfile
-from txmq.store.disk import Disk
-from txmq.store.dispatch import Dispatcher
+from txmq.store.derived import checkpoint as cpfile
+from txmq.store.derived.dispatch import Dispatcher
+from txmq.store.files.disk import Disk
 
 CHECKPOINT_EVERY_BYTES: Final = 64 * limits.MiB
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Owns: ``truncate_closed`` (the commit log, the checkpoint and the epoch history of a store
 directory nobody has open, cut at a record boundary). Must not: open a ``Store`` (its caller
 reopens it, and that recovery cuts the consume queues and the index), decide where to cut
-(store/epochs.py) or talk to a leader.
+(store/replica/epochs.py) or talk to a leader.
 
 Theory of operation: every index is derived from the log, and recovery already cuts derived
 files back to what the checkpoint vouches for and re-dispatches the log past it. So the cut
@@ -15,7 +15,7 @@ next, and a kill -9 after any of them leaves a store that opens consistent:
    [offset, its log offset) are read from the log; each of their queues keeps the entries
    below the first queue offset among them, the index loses one entry per hash they added.
    (Stopped here: the next open cuts the derived files and re-dispatches the tail.) The
-   acknowledged end kept beside the log (store/acked.py) comes down to ``offset`` too;
+   acknowledged end kept beside the log (store/replica/acked.py) comes down to ``offset`` too;
 3. the commit log: later segments removed, last first (directory fsynced), then the segment
    holding ``offset`` cut and fsynced (stopped half-way: the log ends at a segment boundary
    past ``offset``, still whole);
@@ -26,18 +26,16 @@ next, and a kill -9 after any of them leaves a store that opens consistent:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
-from txmq.errors import CorruptRecordError, invariant
-from txmq.format.record import enters_queue
-from txmq.store import checkpoint as cpfile
-from txmq.store.acked import cut_acked_end
-from txmq.store.commit_log import CommitLog
+from txmq.errors import invariant
 from txmq.store.config import StoreConfig
-from txmq.store.disk import Disk
-from txmq.store.epochs import EpochFile
-from txmq.store.index import hashes_of
+from txmq.store.derived import checkpoint as cpfile
+from txmq.store.files.disk import Disk
+from txmq.store.log.commit_log import CommitLog
+from txmq.store.recovery.recover import checkpoint_at
+from txmq.store.replica.acked import cut_acked_end
+from txmq.store.replica.epochs import EpochFile
 
 
 def _no_step(name: str) -> None:
@@ -71,7 +69,8 @@ def truncate_closed(
         if saved is not None and saved.log_offset > offset:
             cpfile.save(disk, store_dir, checkpoint_at(log, saved, offset))
         after_step("checkpoint")
-        cut_acked_end(disk, store_dir, offset)  # never vouching past the cut (store/acked.py)
+        # Never vouching past the cut (store/replica/acked.py).
+        cut_acked_end(disk, store_dir, offset)
         if offset < log.end_offset:
             log.truncate(offset)
         after_step("log")
@@ -80,23 +79,3 @@ def truncate_closed(
     EpochFile(disk, store_dir, offset).cut(offset)
     after_step("epochs")
     return end - offset
-
-
-def checkpoint_at(log: CommitLog, saved: cpfile.Checkpoint, offset: int) -> cpfile.Checkpoint:
-    """What ``saved`` vouches for below ``offset``: it minus the records in between."""
-    queues = dict(saved.queues)
-    index_entries = saved.index_entries
-    firsts: dict[tuple[str, int], int] = {}
-    for rec, scan_end in log.scan_for_recovery(offset):
-        if rec is None:  # the end (a checkpoint after a blank vouches for the segment's end)
-            if scan_end.bad_reason and scan_end.offset < saved.log_offset:
-                raise CorruptRecordError(scan_end.offset, scan_end.bad_reason)
-            break
-        if rec.physical_offset >= saved.log_offset:
-            break
-        if enters_queue(rec.flag):
-            firsts.setdefault((rec.topic, rec.queue_id), rec.queue_offset)
-        index_entries -= len(hashes_of(rec.topic, rec.message_id, rec.keys))
-    queues.update(firsts)
-    invariant(index_entries >= 0, "the checkpoint's index holds the tail's entries")
-    return replace(saved, log_offset=offset, index_entries=index_entries, queues=queues)

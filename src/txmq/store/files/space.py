@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from txmq.errors import DiskFullError, is_disk_full
-from txmq.store.disk import FileHandle
+from txmq.store.files.disk import FileHandle
 
 
 def reserve(

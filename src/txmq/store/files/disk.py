@@ -2,8 +2,8 @@
 
 Owns: ``Disk``/``FileHandle`` (the protocols), ``OsDisk`` (real files, real fdatasync) and
 ``FaultyDisk`` (real files with seeded faults: failing fsync, reported usage). The in-memory
-simulated disk that loses unsynced data on a simulated crash is ``store/sim_disk.py``. The store
-never calls ``open``/``os.*`` on data files directly, so faults can be injected
+simulated disk that loses unsynced data on a simulated crash is ``store/files/sim_disk.py``. The
+store never calls ``open``/``os.*`` on data files directly, so faults can be injected
 deterministically. Must not: hold store logic, cache data, or retry a failed fsync.
 """
 

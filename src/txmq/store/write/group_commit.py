@@ -171,7 +171,7 @@ class GroupCommit:
         # ship to its followers, whose fsync then runs alongside its own (replication.py).
         self.written_out_end = end
         # Told (on the flusher thread, outside the lock) once a group's bytes are written out,
-        # before its fsync; set once, by a leader (store/replica.py ``Hold``).
+        # before its fsync; set once, by a leader (store/replica/shipping.py ``Hold``).
         self.on_written: Callable[[], None] | None = None
         self.durable_end = end
         self.fenced = ""
@@ -211,7 +211,7 @@ class GroupCommit:
 
     def replace_publish(self, publish: Publish) -> Publish:
         """Route publication through ``publish`` from now on; returns the one it replaces
-        (store/replica.py holds records back until replicas have them)."""
+        (store/replica/shipping.py holds records back until replicas have them)."""
         with self.lock:
             old, self._publish = self._publish, publish
         return old

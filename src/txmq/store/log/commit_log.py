@@ -3,15 +3,17 @@
 Owns: the ordered list of segments, positioning of records (a record or a batch never spans
 segments: the rest of a full segment is filled with a blank marker), reads by physical offset,
 forward scans, truncation of a torn tail and whole-segment deletion. Must not: know about
-consume queues, the index, topics or flush policy; serialise writers (the façade does, under its
-writer lock) or decide what a bad record means (recovery.py does).
+consume queues, the index, topics or flush policy; serialise writers (the write path does,
+under its writer lock) or decide what a bad record means (recovery does). Its parts: segment.py
+(one segment file), staging.py (writes staged for the flusher), search.py (a verifiable record
+where none should be).
 
 Theory of operation: ``reserve(size)`` returns where the next ``size`` bytes go, rolling to a
 new segment when they would not fit; before rolling, the full segment is fdatasync'ed, so the
 group-commit flusher only ever has to sync the active segment. ``write`` puts the bytes there
 with one pwrite, or with ``stage`` (SYNC, reserved space) stages them for the flusher, which
 pwrites a group's at once before its fdatasync (``take_staged``): the event loop never gives up
-the GIL to write (issue 17). A roll writes what is staged before syncing the full segment.
+the GIL to write. A roll writes what is staged before syncing the full segment.
 
 Full disk (ADR 0003): every byte the log writes, and the 12-byte blank header that may follow
 it, lies in space reserved beforehand (``FileHandle.allocate``, fallocate KEEP_SIZE, up to
@@ -45,8 +47,10 @@ from txmq.errors import (
 )
 from txmq.format import record as codec
 from txmq.model import Record
-from txmq.store.disk import Disk
-from txmq.store.segment import Segment, decoded, is_segment_name, iter_raw, segment_name
+from txmq.store.files.disk import Disk
+from txmq.store.log.search import blank_span_reason, verifiable_in
+from txmq.store.log.segment import Segment, decoded, is_segment_name, iter_raw, segment_name
+from txmq.store.log.staging import Staging
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +59,6 @@ class ScanEnd:
 
     offset: int
     bad_reason: str = ""
-
-
-def blank_span_reason(blank_at: int, inside: int) -> str:
-    return (
-        f"the end-of-segment blank at {blank_at} claims the rest of its segment, but a valid"
-        f" record lies inside that span at {inside} (a scan would skip it as padding)"
-    )
 
 
 class CommitLog:
@@ -82,10 +79,7 @@ class CommitLog:
         self.segments: list[Segment] = []
         self._starts: list[int] = []
         self._segments_lock = threading.Lock()
-        # Writes staged for the flusher, (segment, position, bytes); under the writer lock.
-        self._staged: list[tuple[Segment, int, bytes]] = []
-        # Held from ``take_staged`` until the flusher's pwrites are done: a roll waits on it.
-        self._writeout_lock = threading.Lock()
+        self._staging = Staging()  # SYNC writes the flusher pwrites (take_staged)
         disk.makedirs(directory)
         for name in disk.list(directory):
             if not is_segment_name(name):
@@ -201,7 +195,7 @@ class CommitLog:
         if size + codec.HEAD_SIZE > room:
             nxt = self._new_segment(seg.start + self.segment_size, size + codec.HEAD_SIZE)
             try:
-                self._drain_staged()
+                self._staging.drain(seg)
                 if room >= codec.HEAD_SIZE:
                     self._put(seg, codec.blank(room))
                 seg.handle.sync()
@@ -230,7 +224,7 @@ class CommitLog:
         invariant(seg.used + len(data) + codec.HEAD_SIZE <= self.segment_size, "past segment end")
         if stage and seg.used + len(data) <= seg.reserved:
             # Reserved: the pwrite cannot meet a full disk (ADR 0003), no refusal is lost.
-            self._staged.append((seg, seg.used, data))
+            self._staging.stage(seg, seg.used, data)
         else:
             self._put(seg, data)
         seg.used += len(data)
@@ -239,31 +233,7 @@ class CommitLog:
         """Under the writer lock: take the staged writes; returns the function that pwrites
         them (once, outside the lock, before the sync; a failed write raises, the caller fences).
         Until it returns, a roll waits."""
-        self._writeout_lock.acquire()
-        staged, self._staged = self._staged, []
-
-        def write_out() -> None:
-            try:
-                self._pwrite_staged(staged)
-            finally:
-                self._writeout_lock.release()
-
-        return write_out
-
-    def _drain_staged(self) -> None:
-        """Under the writer lock, before a roll's sync: write what is staged (after the flusher)."""
-        with self._writeout_lock:
-            staged, self._staged = self._staged, []
-            self._pwrite_staged(staged)
-
-    def _pwrite_staged(self, staged: list[tuple[Segment, int, bytes]]) -> None:
-        """One pwrite for a whole group: staged writes are contiguous in the active segment."""
-        if staged:
-            (seg, pos, _), (_, last, tail) = staged[0], staged[-1]
-            data = staged[0][2] if len(staged) == 1 else b"".join(d for _, _, d in staged)
-            invariant(seg is self.segments[-1], "staged bytes outside the active segment")
-            invariant(last + len(tail) == pos + len(data), "staged writes are not contiguous")
-            seg.handle.pwrite(data, pos)
+        return self._staging.take(lambda: self.segments[-1])
 
     def seal(self, seg: Segment) -> None:
         """Recovery found ``seg``'s blank: it is full, the next write rolls."""
@@ -273,7 +243,7 @@ class CommitLog:
         """Offset of a valid record inside the span the blank at ``blank_pos`` (relative to
         ``seg``) claims, or None. Such a record was written after the blank (the shape a roll
         cut short by a full disk left before ADR 0003): a scan would skip it as padding."""
-        return self._verifiable_in(seg, blank_pos + codec.HEAD_SIZE)
+        return verifiable_in(seg, blank_pos + codec.HEAD_SIZE, self.segment_size)
 
     def sync(self) -> None:
         """fdatasync the active segment (full ones were synced when they were rolled)."""
@@ -423,38 +393,10 @@ class CommitLog:
         tail.
         """
         for seg in list(self.segments):
-            found = self._verifiable_in(seg, max(0, offset + 1 - seg.start))
+            found = verifiable_in(seg, max(0, offset + 1 - seg.start), self.segment_size)
             if found is not None:
                 return found
         return None
-
-    def _verifiable_in(self, seg: Segment, pos: int) -> int | None:
-        """Offset of the first verifiable record at or after ``pos`` in ``seg``. Searches for
-        the magic number chunk by chunk (a body may contain it too, so each candidate is fully
-        verified)."""
-        magic = codec.RECORD_MAGIC.to_bytes(4, "big")
-        limit = min(seg.handle.size(), self.segment_size)
-        while pos < limit:
-            chunk = seg.handle.pread(min(limit - pos, 8 << 20), pos)
-            at = chunk.find(magic, 4)
-            while at != -1:
-                start = pos + at - 4
-                if self._verifies(seg, start, limit):
-                    return seg.start + start
-                at = chunk.find(magic, at + 1)  # magic bytes inside a body
-            pos += max(1, len(chunk) - 8)
-        return None
-
-    @staticmethod
-    def _verifies(seg: Segment, pos: int, limit: int) -> bool:
-        size, _magic = codec.peek(seg.handle.pread(codec.HEAD_SIZE, pos).ljust(codec.HEAD_SIZE))
-        if not codec.RECORD_SIZE_MIN <= size <= limit - pos:
-            return False
-        try:
-            codec.decode(seg.handle.pread(size, pos), seg.start + pos)
-        except CorruptRecordError:
-            return False
-        return True
 
     def truncate(self, offset: int) -> None:
         """Drop everything from ``offset`` on (a torn or divergent tail), last segment first."""
