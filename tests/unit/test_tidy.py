@@ -17,6 +17,9 @@ Rules (see /work/shared/STYLE.md and docs/ARCHITECTURE.md):
   (``Exception``, ``BaseException``, bare) swallows an error with only ``pass``.
 
 An exception is allowed only through ALLOWED below, each with the reason it cannot be fixed yet.
+The rules that need the import graph (no import cycle, no private names reached into) are in
+tests/unit/test_tidy_imports.py; the one-way imports between packages and rooms are
+import-linter's (pyproject.toml), shown to fail in tests/unit/test_layers.py.
 """
 
 from __future__ import annotations
