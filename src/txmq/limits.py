@@ -231,6 +231,14 @@ ADMIN_PAGE_ROWS_MAX: Final = 1000
 ADMIN_PAGE_BYTES_MAX: Final = 1 * MiB
 # Pages a client follows for one listing: every pending and dead transaction, one row a page.
 ADMIN_PAGES_MAX: Final = TRANSACTIONS_PENDING_MAX + TRANSACTIONS_DEAD_MAX + 1
+# One DLQ re-drive call (broker/admin/redrive.py) copies at most this many dead letters, of at
+# most this many bytes of records (the first always goes), in one append with its position: an
+# append holds the writer lock and one fsync for all, and its reply lists each message. The
+# client repeats the call until the DLQ is done; a call's own batch is all or nothing.
+REDRIVE_BATCH_MAX: Final = 256
+REDRIVE_BATCH_BYTES_MAX: Final = 4 * MiB
+# Calls one `txmq group redrive` makes per broker: 10 million dead letters, then it says so.
+REDRIVE_CALLS_MAX: Final = 40_000
 # Messages one admin view returns (a DLQ's newest messages, a topic's newest): a page, not a dump.
 ADMIN_VIEW_MESSAGES_MAX: Final = 100
 
@@ -525,6 +533,8 @@ assert BODY_SIZE_MAX_DEFAULT <= BODY_SIZE_MAX_LIMIT < RECORD_SIZE_MAX
 assert TRANSACTION_TIMEOUT_MS_DEFAULT < TRANSACTION_CHECK_INTERVAL_MS_DEFAULT
 assert TRANSACTION_CHECK_INTERVAL_MS_DEFAULT <= TRANSACTION_CHECK_INTERVAL_MS_MAX
 assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
+# A re-drive's batch (its copies and its position record) is shipped to replicas whole.
+assert REDRIVE_BATCH_MAX + 1 < REPLICA_FETCH_RECORDS_MAX
 assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
 assert BODY_SIZE_MAX_DEFAULT < RECEIVE_STREAM_BYTES_MAX < RECEIVE_BYTES_HELD_MAX
 assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0

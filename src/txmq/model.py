@@ -26,6 +26,9 @@ OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DEAD_TRANSACTION_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 DELAY_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 DLQ_PREFIX: Final = "%DLQ%"
+# Where a DLQ re-drive records how far it got, in the same append as its copies: one record per
+# re-drive, keyed by the consumer group (broker/admin/redrive.py).
+REDRIVE_TOPIC: Final = "RMQ_SYS_TXMQ_REDRIVE"
 SYSTEM_TOPIC_PREFIXES: Final = ("RMQ_SYS_", "TRANS_CHECK_", "SCHEDULE_TOPIC", "%")
 
 # Property names carried inside a record's properties. The half message keeps its real
@@ -39,6 +42,10 @@ PROP_MESSAGE_GROUP: Final = "__SHARDINGKEY"
 PROP_DELIVERY_TIMESTAMP_MS: Final = "TIMER_DELIVER_MS"
 PROP_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROP_DELIVERY_ATTEMPT: Final = "TXMQ_DELIVERY_ATTEMPT"
+# A message re-driven from a group's DLQ: how many times it was, and the one group that receives
+# the copy (the topic's other groups skip it).
+PROP_REDRIVE_COUNT: Final = "TXMQ_REDRIVE_COUNT"
+PROP_REDRIVE_GROUP: Final = "TXMQ_REDRIVE_GROUP"
 
 
 # Properties a sender may not set: the broker derives them from the message's type fields.

@@ -11,6 +11,7 @@ and Debian's Chromium driven by Playwright (conftest.py). Screenshots of the con
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.dashboard.test_browser import shot
@@ -60,3 +61,30 @@ def test_grow_a_topic_and_rewind_a_group_from_the_page(live: Any, browser: Any) 
         assert sorted(m.body for m in again) == [f"w{i}".encode() for i in range(6)]
     finally:
         reader.shutdown()
+
+
+def test_redrive_a_dead_letter_from_the_page(live: Any, browser: Any) -> None:
+    broker, dash = live
+    ep = broker.endpoints
+    call(ep, "TopicCreate", {"name": "jobs", "queues": 1, "type": "normal"})
+    producer = clients.producer(ep, ("jobs",))
+    producer.send(clients.message("jobs", b"poison", keys="bad-1"))
+    producer.shutdown()
+    worker = clients.consumer(ep, "workers", "jobs")
+    try:
+        deadline = time.monotonic() + 60
+        while call(ep, "GroupDetail", {"group": "workers"})["dlq_size"] < 1:
+            assert time.monotonic() < deadline, "the poison never died"
+            worker.receive(1, 1)  # received, never acked: 3 attempts (FAST), then the DLQ
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(dash.url + "/groups/workers")
+        page.click("#redrive-group button")
+        assert "Send 1 dead letters of group workers back?" in page.inner_text("h1")
+        assert "bad-1" in page.inner_text("#letters")
+        shot(page, "confirm-redrive")
+        page.click("#confirm-button")
+        assert "went back to their topics" in page.inner_text("[role=status]")
+        got = clients.drain(worker, 1, 30)  # the same consumer, now acking
+        assert [m.body for m in got] == [b"poison"] and got[0].delivery_attempt == 1
+    finally:
+        worker.shutdown()

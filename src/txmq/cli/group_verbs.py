@@ -14,11 +14,12 @@ from typing import Any
 
 import click
 
+from txmq import limits
 from txmq.cli.admin_commands import endpoints_option, group
 from txmq.cli.tables import Col, json_option, show
-from txmq.client.admin import call
+from txmq.client.admin import call, members
 from txmq.client.verbs import reset_target, said
-from txmq.errors import TxmqError
+from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
 
 @group.command("reset")
@@ -68,3 +69,76 @@ def group_reset(
         raise TxmqError(
             f"the reset was not made on {failed}; the others moved: run the same reset again"
         )
+
+
+@group.command("redrive")
+@click.argument("name")
+@click.option("--topic", default=None, help="Only the dead letters of this topic.")
+@click.option(
+    "--max", "max_count", type=click.IntRange(1), default=None, help="At most this many in all."
+)
+@click.option("--dry-run", is_flag=True, help="List what would be sent back; send nothing.")
+@endpoints_option
+@json_option
+def group_redrive(
+    name: str, topic: str | None, max_count: int | None, dry_run: bool, endpoints: str,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Send a consumer group's dead letters back to the topics they died in, on every broker.
+
+    Each goes back at most once, however often this runs or wherever it was interrupted; the
+    copy keeps its id, keys, tag, properties and body, reaches this group only, and carries
+    TXMQ_REDRIVE_COUNT (shown by `message show` and in the DLQ if it dies again). --dry-run
+    lists up to the first 256 of each broker.
+    """
+    args: dict[str, Any] = {"group": name, "dry_run": dry_run}
+    if topic is not None:
+        args["topic"] = topic
+    out: dict[str, Any] = {"group": name, "topic": topic, "dry_run": dry_run, "brokers": []}
+    problems: list[str] = []
+    left = max_count
+    for m in members(endpoints):
+        if left is not None and left <= 0:
+            break
+        try:
+            got = _redrive_member(str(m["endpoint"]), args, left)
+        except (NotFoundError, BadRequestError):
+            raise  # bad input (an unknown topic, a malformed group): the same on every member
+        except TxmqError as exc:
+            problems.append(f"broker {m['name']} ({m['endpoint']}): {exc}")
+            continue
+        out["brokers"].append({"broker": m["name"], **got})
+        left = None if left is None else left - len(got["redriven"])
+        if got["stopped"]:
+            problems.append(f"broker {m['name']}: {got['stopped']}")
+    out["total"] = sum(len(b["redriven"]) for b in out["brokers"])
+    rows = [
+        [b["broker"], r["dlq_offset"], r["message_id"], r["topic"], r["queue"], r["offset"],
+         r["redrives"]]
+        for b in out["brokers"]
+        for r in b["redriven"]
+    ]  # fmt: skip
+    cols = [Col("broker", ident=True), Col("dlq offset", justify="right")]
+    cols += [Col("message id", ident=True), Col("topic", ident=True)]
+    cols += [Col(h, justify="right") for h in ("queue", "offset", "redrives")]
+    verb = "would send back" if dry_run else "sent back"
+    show(f"group {name}: {verb} {out['total']} dead letters", cols, rows, out, as_json)
+    if problems:
+        raise TxmqError("; ".join(problems))
+
+
+def _redrive_member(endpoint: str, args: dict[str, Any], left: int | None) -> dict[str, Any]:
+    """One broker's re-drive, a call per batch until its DLQ is done, ``left`` messages are
+    sent back, or it stops; a dry run is one call."""
+    rows: list[dict[str, Any]] = []
+    got: dict[str, Any] = {"more": False, "stopped": ""}
+    for _ in range(limits.REDRIVE_CALLS_MAX):
+        want = limits.REDRIVE_BATCH_MAX
+        if left is not None:
+            want = min(left - len(rows), want)
+        got = call(endpoint, "GroupRedrive", {**args, "max": want})
+        rows += got["redriven"]
+        done = left is not None and len(rows) >= left
+        if args["dry_run"] or got["stopped"] or not got["more"] or done:
+            break
+    return {"redriven": rows, "more": bool(got["more"]), "stopped": str(got["stopped"])}

@@ -1,6 +1,6 @@
 """The dashboard's state-changing actions, each behind a confirmation page: create, grow and
-delete a topic, commit or roll back a transaction, reset a consumer group's position; and
-signing in and out.
+delete a topic, commit or roll back a transaction, reset a consumer group's position and
+re-drive its dead letters; and signing in and out.
 
 Owns: the two-step form flow. Step one (a button on a page) shows ``confirm.html`` with what
 will happen (for a transaction: its message) and a one-use token for exactly that action,
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from txmq import limits
 from txmq.client.verbs import reset_target, said
 from txmq.dashboard.link import Credentials
 from txmq.dashboard.pages import render_body
@@ -54,14 +55,16 @@ async def _confirmed(
     action: str,
     target: str,
     back: str,
-    call: tuple[str, dict[str, Any]],
+    call: tuple[str, dict[str, Any]] | Callable[[], Awaitable[Any]],
     done: str,
     context: dict[str, Any],
     unfinished: Callable[[Any], str | None] | None = None,
 ) -> Response:
-    """Step two if the form carries a token for (action, target), else step one.
+    """Step two if the form carries a token for (action, target), else step one. ``call``:
+    the admin method and its arguments, or what makes the calls (several, for a re-drive).
     ``unfinished``: what the broker's answer says was left undone (a cluster member that did
-    not take a reset), shown as a refusal instead of the done banner."""
+    not take a reset, a re-drive that stopped), shown as a refusal instead of the done
+    banner."""
     form = await request.form()
     token = str(form.get("token", ""))
     if not token:
@@ -79,7 +82,7 @@ async def _confirmed(
     if not ui.token_ok(request, action, target, token):
         return _back(ui, request, back, error="confirm-invalid")
     try:
-        reply = await ui.call(request, *call)
+        reply = await (ui.call(request, *call) if isinstance(call, tuple) else call())
     except TxmqError as exc:
         return ui.refused(request, exc, back)
     left = unfinished(reply) if unfinished is not None else None
@@ -246,6 +249,67 @@ async def group_reset(ui: Ui, request: Request) -> Response:
         done="group-reset",
         context=context,
         unfinished=_not_everywhere,
+    )
+
+
+async def group_redrive(ui: Ui, request: Request) -> Response:
+    """Send a group's dead letters (on the member the page reads) back to their topics: the
+    confirmation lists the first ones (a dry run of GroupRedrive); confirmed, one call per
+    batch until the DLQ is done, ``max`` went back, or it stops before a letter."""
+    name = request.path_params["name"]
+    back = "/groups/" + quote(name, safe="")
+    form = await request.form()
+    topic = str(form.get("topic", "")).strip()
+    raw_max = str(form.get("max", "")).strip()
+    try:
+        most = int(raw_max) if raw_max else None
+    except ValueError:
+        return _back(ui, request, back, error="redrive-invalid")
+    if most is not None and most < 1:
+        return _back(ui, request, back, error="redrive-invalid")
+    args: dict[str, Any] = {"group": name, **({"topic": topic} if topic else {})}
+    context: dict[str, Any] = {"fields": {"topic": topic, "max": raw_max}}
+    if not form.get("token"):
+        try:
+            plan = await ui.call(request, "GroupRedrive", {**args, "dry_run": True})
+        except TxmqError as exc:
+            return ui.refused(request, exc, back, missing(exc, topic=topic) or "")
+        letters = plan["redriven"][:most]
+        more = (
+            " (and more after them)" if plan["more"] or len(plan["redriven"]) > len(letters) else ""
+        )
+        stops = f" It stops before one: {plan['stopped']}." if plan["stopped"] else ""
+        context.update(
+            title=f"Send {len(letters)} dead letters of group {name} back{more}?",
+            description="Each goes back to the topic it died in, once, for this group only; "
+            f"if it dies again it returns to the DLQ with its re-drive count.{stops}",
+            letters=letters,
+        )
+
+    async def run() -> Any:
+        sent = 0
+        for _ in range(limits.REDRIVE_CALLS_MAX):
+            want = (
+                limits.REDRIVE_BATCH_MAX
+                if most is None
+                else min(most - sent, limits.REDRIVE_BATCH_MAX)
+            )
+            got = await ui.call(request, "GroupRedrive", {**args, "max": want})
+            sent += len(got["redriven"])
+            if got["stopped"] or not got["more"] or (most is not None and sent >= most):
+                return got
+        return got
+
+    return await _confirmed(
+        ui,
+        request,
+        action="group-redrive",
+        target=json.dumps({**args, "max": most}, sort_keys=True),
+        back=back,
+        call=run,
+        done="group-redriven",
+        context=context,
+        unfinished=lambda got: str(got.get("stopped") or "") or None,
     )
 
 

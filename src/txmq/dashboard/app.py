@@ -87,6 +87,7 @@ def build_app(
         Route("/topics/update", bind(actions.topic_update), methods=["POST"]),
         Route("/groups", bind(pages.groups)),
         Route("/groups/{name:path}/reset", bind(actions.group_reset), methods=["POST"]),
+        Route("/groups/{name:path}/redrive", bind(actions.group_redrive), methods=["POST"]),
         Route("/groups/{name:path}", bind(pages.group)),
         Route("/transactions", bind(pages.transactions)),
         Route("/transactions/{tid}/resolve", bind(actions.txn_resolve), methods=["POST"]),

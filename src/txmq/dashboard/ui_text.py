@@ -31,8 +31,8 @@ DONE: Final[dict[str, str]] = {
     "topic-deleted": "The topic was deleted: it left routing, its messages age out with retention.",
     "topic-grown": "The topic grew: every broker has the new queues, producers and consumers "
     "use them now.",
-    "group-reset": "The group's position moved on every broker: its consumers read from there "
-    "now.",
+    "group-reset": "The group's position moved on every broker: its consumers read from there now.",
+    "group-redriven": "The dead letters went back to their topics, for this group only.",
     "txn-commit": "The transaction was committed: consumers receive its message.",
     "txn-rollback": "The transaction was rolled back: its message is discarded.",
     "signed-in": "Signed in.",
@@ -47,6 +47,8 @@ ERRORS: Final[dict[str, str]] = {
     "of queues; a transaction is committed or rolled back.",
     "reset-invalid": "The reset form was not valid: reset to earliest, latest, a time (ISO-8601, "
     "UTC without a zone, or ms since the epoch) or an offset, and a queue is a number.",
+    "redrive-invalid": "The re-drive form was not valid: at most a whole number (1 or more) of "
+    "dead letters.",
     "sign-in-needed": "This broker checks keys (ACL): sign in with an admin's keys to see it.",
     "sign-out-invalid": "The sign-out form was not this session's: still signed in.",
 }

@@ -11,8 +11,9 @@ TopicUpdate {name, queues, dry_run?} (grows a topic on every member: admin/clust
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
 broker/admin/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback},
 MessageShow {id}, MessageFind {key, topic?, max?}, GroupReset {group, topic, to, ...} (moves a
-consumer group's position on every member: admin/reset.py); the dashboard's read-only views
-(admin/views.py): Status, GroupDetail, TxnMessage, TopicMessages; for clusters
+consumer group's position on every member: admin/reset.py), GroupRedrive {group, topic?, max?,
+dry_run?} (sends this member's dead letters of a group back: admin/redrive.py); the dashboard's
+read-only views (admin/views.py): Status, GroupDetail, TxnMessage, TopicMessages; for clusters
 (admin/cluster.py) ClusterInfo, TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate,
 TopicDelete and GroupReset take ``forwarded: true`` when a peer forwards them.
 
@@ -37,6 +38,7 @@ import grpc
 from txmq import limits
 from txmq.broker.admin import listing
 from txmq.broker.admin.cluster import cluster_methods, create_topic, delete_topic, update_topic
+from txmq.broker.admin.redrive import Redrive
 from txmq.broker.admin.reset import reset_group
 from txmq.broker.admin.views import view_methods
 from txmq.broker.cluster.membership import Membership
@@ -81,6 +83,7 @@ class AdminMethods:
     def __init__(self, parts: Parts, membership: Membership) -> None:
         self.parts = parts
         self.membership = membership
+        self.redrive = Redrive(parts)
 
     def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {
@@ -91,6 +94,7 @@ class AdminMethods:
             "TopicUpdate": self.topic_update,
             "GroupList": self.group_list,
             "GroupReset": self.group_reset,
+            "GroupRedrive": self.group_redrive,
             "TxnList": self.txn_list,
             "TxnShow": self.txn_show,
             "TxnResolve": self.txn_resolve,
@@ -141,6 +145,9 @@ class AdminMethods:
     def group_reset(self, a: dict[str, Any]) -> Any:
         return reset_group(self.parts, self.membership, a)
 
+    def group_redrive(self, a: dict[str, Any]) -> Any:
+        return self.redrive(a)
+
     def txn_list(self, a: dict[str, Any]) -> Any:
         return listing.txn_page(self.parts, a)
 
@@ -185,7 +192,7 @@ class AdminMethods:
 
 
 # Admin methods that write to the commit log: acknowledged as a v2 write is (ack_gate).
-_WRITES_LOG: Final = frozenset({"TxnResolve"})
+_WRITES_LOG: Final = frozenset({"TxnResolve", "GroupRedrive"})
 
 
 def add_admin(server: Any, parts: Parts, service: Any) -> None:

@@ -35,7 +35,7 @@ from txmq.broker.consume.book import (
 )
 from txmq.broker.consume.receipt import Receipt, ReceiptCodec
 from txmq.errors import ConfigError, InvalidReceiptHandleError, TooManyRequestsError, invariant
-from txmq.model import PROP_MESSAGE_GROUP, Record
+from txmq.model import PROP_MESSAGE_GROUP, PROP_REDRIVE_GROUP, Record
 from txmq.protocol.mapping import validate_group
 from txmq.store.files.disk import Disk, OsDisk
 from txmq.store.store import Store
@@ -298,7 +298,7 @@ class ConsumerPositions:
                     records, nxt = records[:fit], records[fit].queue_offset
             if nxt <= start:
                 break
-            cands = [candidate(r.queue_offset, _group_of(r)) for r in records]
+            cands = [candidate(r.queue_offset, _group_of(r)) for r in records if _for(r, key)]
             grants, expired = self.book.offer(
                 key, nxt, cands, now_ms=now_ms, invisible_ms=invisible_ms, room=room, fifo=fifo
             )
@@ -485,3 +485,10 @@ class ConsumerPositions:
 
 def _group_of(rec: Record) -> str:
     return rec.properties.get(PROP_MESSAGE_GROUP, "")
+
+
+def _for(rec: Record, key: QueueKey) -> bool:
+    """Whether ``key``'s group receives ``rec``: a copy re-driven from one group's DLQ is that
+    group's alone; the topic's other groups settle it unread, as a tag filter does."""
+    props = rec.properties
+    return PROP_REDRIVE_GROUP not in props or props[PROP_REDRIVE_GROUP] == key.group
