@@ -186,6 +186,16 @@ DEAD_LETTERS_PER_SWEEP_MAX: Final = 256
 ACK_ENTRIES_MAX: Final = 8 * RECEIVE_BATCH_MAX
 # Subscriptions name a handful of tags; a bound keeps one request from building a huge set.
 TAGS_PER_EXPRESSION_MAX: Final = 64
+# SQL92 filters (consume/sql92.py): every message a filtered receive scans is evaluated against
+# the expression, on the event loop for a receive near the queue's end (RECEIVE_ON_LOOP_LAG_MAX
+# messages at most), so its size is bounded: characters (an IN list of a hundred UUIDs fits),
+# terms (each costs a call per message; real filters have a few dozen) and nesting (parentheses,
+# NOT, signs and chained comparisons: parsing and evaluating recurse that deep).
+SQL_FILTER_LENGTH_MAX: Final = 8 * KiB
+SQL_FILTER_NODES_MAX: Final = 256
+SQL_FILTER_DEPTH_MAX: Final = 32
+# Parsed SQL92 filters kept for the next receive of the same subscription (consume/filter.py).
+SQL_FILTER_CACHE_MAX: Final = 256
 # Long polls are capped below the official client's own receive deadline, so the broker
 # answers "no message" before the client gives up on the call.
 LONG_POLLING_TIMEOUT_REPLY_MS_MAX: Final = 20_000
