@@ -86,8 +86,15 @@ DISK_WATERMARK_DEFAULT: Final = 0.90
 CONSUME_QUEUE_ENTRY_SIZE: Final = 20
 CONSUME_QUEUE_ENTRIES_PER_FILE: Final = 300_000
 READ_BATCH_MAX: Final = 1024
-# Scans for a tag filter stop after this many entries so one read cannot walk a whole queue.
+# Scans for a tag or SQL92 filter stop after this many entries so one read cannot walk a whole
+# queue.
 READ_SCAN_ENTRIES_MAX: Final = 32 * READ_BATCH_MAX
+# A read with a record predicate (a SQL92 filter) decodes and evaluates every record it scans,
+# ~5 us each, under the consumer positions' lock that acks on the event loop wait for: a receive
+# stops after this many records per queue (one read), and the long poll looks on at once while
+# a look moves the scan (consume/receive.py), so a backlog the filter skips is still crossed at
+# the speed of decoding, in steps of a few milliseconds.
+READ_FILTER_RECORDS_MAX: Final = 1024
 FIND_BY_KEY_RESULTS_MAX: Final = 64
 # Queue records kept as written (recent.py): ~230 of 1 KiB, small beside the CPU's caches.
 RECENT_RECORDS_BYTES_MAX: Final = 256 * KiB
@@ -545,6 +552,7 @@ assert TRANSACTION_CHECK_INTERVAL_MS_DEFAULT <= TRANSACTION_CHECK_INTERVAL_MS_MA
 assert READ_BATCH_MAX <= READ_SCAN_ENTRIES_MAX
 # A re-drive's batch (its copies and its position record) is shipped to replicas whole.
 assert REDRIVE_BATCH_MAX + 1 < REPLICA_FETCH_RECORDS_MAX
+assert RECEIVE_BATCH_MAX <= READ_FILTER_RECORDS_MAX <= READ_SCAN_ENTRIES_MAX
 assert RECEIVE_BATCH_MAX <= READ_BATCH_MAX
 assert BODY_SIZE_MAX_DEFAULT < RECEIVE_STREAM_BYTES_MAX < RECEIVE_BYTES_HELD_MAX
 assert 0.0 < DISK_WATERMARK_DEFAULT < 1.0

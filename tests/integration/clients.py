@@ -18,6 +18,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 
 def config(endpoints: str) -> ClientConfiguration:
@@ -32,6 +33,7 @@ def message(
     keys: str = "",
     group: str = "",
     deliver_at_ms: int = 0,
+    properties: dict[str, str] | None = None,
 ) -> Message:
     m = Message()
     m.topic = topic
@@ -44,6 +46,8 @@ def message(
         m.message_group = group
     if deliver_at_ms:
         m.delivery_timestamp = deliver_at_ms
+    for k, v in (properties or {}).items():
+        m.add_property(k, v)
     return m
 
 
@@ -84,9 +88,14 @@ def check_loop_witness(
         p.shutdown()
 
 
-def consumer(endpoints: str, group: str, topic: str, expr: str = "*") -> SimpleConsumer:
+def consumer(
+    endpoints: str, group: str, topic: str, expr: str = "*", *, sql: bool = False
+) -> SimpleConsumer:
+    """A started SimpleConsumer of ``topic``; ``expr`` a tag expression, or SQL92 if ``sql``."""
+    filter_type = FilterType.SQL if sql else FilterType.TAG
+    subscription = {topic: FilterExpression(expr, filter_type)}
     # A 2 s long poll instead of the client's 20 s default: an empty receive returns sooner.
-    c = SimpleConsumer(config(endpoints), group, {topic: FilterExpression(expr)}, await_duration=2)
+    c = SimpleConsumer(config(endpoints), group, subscription, await_duration=2)
     c.startup()
     return c
 

@@ -18,7 +18,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from tests.conftest import SMALL, Clock
-from txmq import errors
+from txmq import errors, limits
 from txmq.broker.config.broker_config import BrokerConfig
 from txmq.broker.consume.positions import ConsumerPositions
 from txmq.broker.consume.rpcs import ConsumeRpcs
@@ -208,3 +208,50 @@ async def test_assignment_and_offset_rpcs(rpcs: ConsumeRpcs, clock: Clock) -> No
     assert (await rpcs.GetOffset(get, None)).offset == 2
     up.offset = 99
     assert (await rpcs.UpdateOffset(up, None)).status.code == errors.CODE_ILLEGAL_OFFSET
+
+
+async def test_sql92_filters_on_receive_and_pull(rpcs: ConsumeRpcs) -> None:
+    rpcs.topics.ensure("t")
+    for i in range(6):
+        props = {"n": str(i)} if i != 4 else {}
+        draft = RecordDraft("t", 0, f"m{i}".encode(), tag="A" if i % 2 else "B", properties=props)
+        rpcs.store.append(draft)
+    req = _receive_request("t")
+    req.filter_expression.type = pb.SQL
+    req.filter_expression.expression = "n >= 2 AND TAGS <> 'A' OR n IS NULL"
+    items = await _receive(rpcs, req)
+    assert [i.message.body for i in items[2:]] == [b"m2", b"m4"]
+    pull = sv.PullMessageRequest(offset=0, batch_size=10)
+    pull.message_queue.topic.name = "t"
+    pull.filter_expression.type = pb.SQL
+    pull.filter_expression.expression = "n IN ('1', '5')"
+    pulled = [i async for i in rpcs.PullMessage(pull, None)]
+    assert [i.message.body for i in pulled[1:-1]] == [b"m1", b"m5"]
+    assert pulled[-1].next_offset == 6
+    req.filter_expression.expression = "n >= 2 AND"
+    refused = await _receive(rpcs, req)
+    assert [i.status.code for i in refused] == [errors.CODE_ILLEGAL_FILTER_EXPRESSION]
+    assert "column 11 (at the end)" in refused[0].status.message
+    pull.filter_expression.expression = "n BETWEEN 'a' AND 'b'"
+    pulled = [i async for i in rpcs.PullMessage(pull, None)]
+    assert [i.status.code for i in pulled] == [errors.CODE_ILLEGAL_FILTER_EXPRESSION]
+
+
+async def test_a_sql92_long_poll_crosses_a_skipped_backlog_without_waiting(
+    rpcs: ConsumeRpcs,
+) -> None:
+    """Each look reads READ_FILTER_RECORDS_MAX records a queue; a look that moved the scan is
+    followed by the next at once, not after the long poll's REDELIVERY_POLL_S: six looks fit in
+    a 2 s long poll only that way (waiting would take 2.5 s)."""
+    rpcs.topics.ensure("t")
+    skipped = 6 * limits.READ_FILTER_RECORDS_MAX - 100
+    skip = RecordDraft("t", 0, b"no", properties={"n": "0"})
+    for start in range(0, skipped, 1000):  # batches that fit the test store's small segments
+        rpcs.store.append_many([skip] * min(1000, skipped - start))
+    rpcs.store.append(RecordDraft("t", 0, b"yes", properties={"n": "1"}))
+    req = _receive_request("t", poll_ms=2_000)
+    req.filter_expression.type = pb.SQL
+    req.filter_expression.expression = "n = 1"
+    items = await _receive(rpcs, req)
+    assert [i.message.body for i in items[2:]] == [b"yes"]
+    assert rpcs.positions.offset("g", "t", 0) == skipped  # all passed over, the match in flight

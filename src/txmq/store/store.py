@@ -297,17 +297,20 @@ class Store:
         max_count: int,
         *,
         tags: frozenset[str] | None = None,
+        where: Callable[[Record], bool] | None = None,
         max_bytes: int | None = None,
     ) -> QueueRead:
         """Read up to ``max_count`` records of a queue from ``offset``, optionally only those
-        whose tag is in ``tags``, stopping before their sizes pass ``max_bytes`` (the first
-        record always comes). A filtered read looks at most READ_SCAN_ENTRIES_MAX entries;
+        whose tag is in ``tags`` and for which ``where`` (a consumer's SQL92 filter: pure, it
+        must not raise) is true, stopping before their sizes pass ``max_bytes`` (the first
+        record always comes). A filtered read looks at most READ_SCAN_ENTRIES_MAX entries
+        (READ_FILTER_RECORDS_MAX with ``where``, which decodes each);
         ``next_offset`` moves past entries it skipped, so a filtered reader still progresses.
         Each record is checked against its queue entry (store/derived/reader.py): a damaged record
         is reported in ``health`` and skipped, a wrong entry makes the queue be rebuilt."""
         self._check_open()
         return self._reader.read_queue(
-            topic, queue_id, offset, max_count, tags=tags, max_bytes=max_bytes
+            topic, queue_id, offset, max_count, tags=tags, where=where, max_bytes=max_bytes
         )
 
     def read_queue_bytes(

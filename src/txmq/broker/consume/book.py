@@ -10,7 +10,7 @@ Must not: read the store, append, sign handles, lock, or persist. The glue in
 ``txmq.broker.consume.positions`` feeds it candidates read from the store and carries out its
 decisions.
 
-Semantics: at-least-once. A settled offset (acked, dead-lettered, filtered out by tag, or gone
+Semantics: at-least-once. A settled offset (acked, dead-lettered, filtered out, or gone
 by retention) is never delivered to the group again. Every other offset in [ack, scan) is leased
 or held. The window scan - ack never exceeds ``window_max``, which bounds every structure here.
 """

@@ -1,7 +1,7 @@
 """What a ReceiveMessage answers: its filter and invisible time read from the request, and its
 replies (``Handout``; ``Lone`` when it delivers nothing).
 
-Owns: ``tags`` (a subscription's filter expression as the tags it accepts), ``invisible_ms``
+Owns: ``filter_of`` (a request's filter expression, tags or SQL92), ``invisible_ms``
 (the request's invisible duration, within its bounds), and the replies of one receive, whose
 message bytes go back to the stream's byte budget once gRPC has taken them.
 """
@@ -14,11 +14,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from txmq import limits
-from txmq.broker.consume.filter import parse_tags
+from txmq.broker.consume.filter import Filter, parse_filter
 from txmq.broker.consume.flow import ByteBudget
 from txmq.broker.consume.positions import Delivery
 from txmq.broker.metrics.prometheus import Metrics
-from txmq.errors import IllegalFilterExpressionError, IllegalInvisibleTimeError
+from txmq.errors import IllegalInvisibleTimeError
 from txmq.model import MessageType
 from txmq.protocol import mapping
 
@@ -28,11 +28,10 @@ _OK: Final = mapping.status()
 _FIRST: Final[bytes] = sv.ReceiveMessageResponse(status=_OK).SerializeToString()
 
 
-def tags(expr: Any) -> frozenset[str] | None:
-    """A request's filter expression as the tags it accepts (None: all); SQL is refused."""
-    if expr.type == pb.SQL:
-        raise IllegalFilterExpressionError("SQL filter expressions are not supported; use tags")
-    return parse_tags(expr.expression)
+def filter_of(expr: Any) -> Filter:
+    """A request's FilterExpression as the filter the store applies: SQL92 when its type says
+    so, tags otherwise (an unset type included). IllegalFilterExpressionError if malformed."""
+    return parse_filter(expr.expression, sql=expr.type == pb.SQL)
 
 
 def invisible_ms(request: Any, default_ms: int = 30_000) -> int:

@@ -110,12 +110,14 @@ class Delivery:
 
 @dataclass(init=False)
 class Ask:
-    """What a receive asks for: the tags it accepts (None: all), at most ``batch`` messages of
+    """What a receive asks for: the tags it accepts (None: all) and the records (``where``, a
+    SQL92 filter; None: all), at most ``batch`` messages of
     at most ``max_bytes`` of records (the first always comes), each leased ``invisible_ms``
     from ``now_ms``; ``fifo``: the topic's queues deliver each message group in order. One
     value, not six keywords, passed from the receive down to each queue's delivery book."""
 
     tags: Final[frozenset[str] | None]
+    where: Final[Callable[[Record], bool] | None]
     batch: Final[int]
     invisible_ms: Final[int]
     now_ms: Final[int]
@@ -131,8 +133,10 @@ class Ask:
         now_ms: int,
         fifo: bool,
         max_bytes: int = limits.RECEIVE_STREAM_BYTES_MAX,
+        where: Callable[[Record], bool] | None = None,
     ) -> None:
         self.tags = tags
+        self.where = where
         self.batch = batch
         self.invisible_ms = invisible_ms
         self.now_ms = now_ms
@@ -230,8 +234,8 @@ class ConsumerPositions:
         """``receive`` under ``_lock``, each queue's end read once (``ends``). A queue
         with nothing due, nothing held and nothing new before its end is skipped unread: the
         common case of a long poll's first look, once per queue of the topic."""
-        tags, batch, invisible_ms, now_ms = ask.tags, ask.batch, ask.invisible_ms, ask.now_ms
-        fifo, max_bytes = ask.fifo, ask.max_bytes
+        batch, invisible_ms, now_ms = ask.batch, ask.invisible_ms, ask.now_ms
+        max_bytes = ask.max_bytes
         invariant(1 <= batch <= limits.RECEIVE_BATCH_MAX, "batch out of range")
         out: list[Delivery] = []
         dead: list[DeadLetter] = []
@@ -256,7 +260,7 @@ class ConsumerPositions:
             if out and taken >= max_bytes:
                 break
             left = max_bytes - taken
-            taken += self._scan(key, end, tags, batch, invisible_ms, now_ms, fifo, out, dead, left)
+            taken += self._scan(key, end, ask, out, dead, left)
         self._dirty = True
         return out, dead
 
@@ -264,20 +268,20 @@ class ConsumerPositions:
         self,
         key: QueueKey,
         end: int,
-        tags: frozenset[str] | None,
-        batch: int,
-        invisible_ms: int,
-        now_ms: int,
-        fifo: bool,
+        ask: Ask,
         out: list[Delivery],
         dead: list[DeadLetter],
         max_bytes: int,
     ) -> int:
-        """New messages of one queue (below ``end``, its end when the receive began) into
-        ``out``, at most ``max_bytes`` of records (the batch's first always comes); returns
-        the bytes added."""
+        """New messages of one queue (below ``end``, its end when the receive began) that pass
+        the ask's filter into ``out``, at most ``max_bytes`` of records (the batch's first always
+        comes); returns the bytes added. What the filter passes over is settled (book.offer)."""
+        batch, invisible_ms, now_ms, fifo = ask.batch, ask.invisible_ms, ask.now_ms, ask.fifo
         left = max_bytes
-        for _ in range(limits.RECEIVE_SCANS_PER_QUEUE_MAX):
+        # A SQL92 filter's read decodes every record it scans: one read (READ_FILTER_RECORDS_MAX
+        # records) per queue and receive; consume/receive.py looks again while that moves.
+        rounds = 1 if ask.where is not None else limits.RECEIVE_SCANS_PER_QUEUE_MAX
+        for _ in range(rounds):
             room = batch - len(out)
             if room <= 0 or (out and left <= 0):
                 break
@@ -286,7 +290,13 @@ class ConsumerPositions:
             if count <= 0 or start >= end:
                 break
             read = self.store.read_queue(
-                key.topic, key.queue_id, start, count, tags=tags, max_bytes=max(1, left)
+                key.topic,
+                key.queue_id,
+                start,
+                count,
+                tags=ask.tags,
+                where=ask.where,
+                max_bytes=max(1, left),
             )
             records, nxt = list(read.records), read.next_offset
             if out:  # the batch has its first message: nothing more past the byte bound
@@ -344,6 +354,17 @@ class ConsumerPositions:
             return read.records[0]
         self.book.settle(key, queue_offset)
         return None
+
+    def scanned(self, group: str, topic: str, queue_ids: list[int]) -> int:
+        """How far ``group`` has looked into these queues (their scan offsets, summed): a
+        filtered receive that found nothing but moved it has more to look at. Memory only."""
+        with self._lock:
+            total = 0
+            for qid in queue_ids:
+                key = self.book.known_key(group, topic, qid)
+                book = None if key is None else self.book.books.get(key)
+                total += 0 if book is None else book.scan_offset
+            return total
 
     def sweep_dead(self, now_ms: int, limit: int = 256) -> list[DeadLetter]:
         """Expired last attempts of every group, including groups with no consumer left."""

@@ -28,8 +28,9 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 
 from txmq import errors, limits
 from txmq.broker.consume.book import DeadLetter
+from txmq.broker.consume.filter import Filter
 from txmq.broker.consume.flow import ByteBudget
-from txmq.broker.consume.handout import Handout, Lone, invisible_ms, tags
+from txmq.broker.consume.handout import Handout, Lone, filter_of, invisible_ms
 from txmq.broker.consume.positions import Ask, ConsumerPositions, Delivery
 from txmq.broker.metrics.prometheus import Metrics
 from txmq.broker.rpc.replies import fail
@@ -116,7 +117,7 @@ class ConsumeCalls:
             mq = request.message_queue
             topic = mapping.validate_topic(mq.topic.name, allow_system=True)
             info = self.topics.ensure(topic)
-            wanted = tags(request.filter_expression)
+            wanted = filter_of(request.filter_expression)
             batch = max(1, min(request.batch_size or 1, limits.RECEIVE_BATCH_MAX))
             invisible = invisible_ms(request)
             # Start at the queue the client named, so consumers of one group spread out.
@@ -125,14 +126,18 @@ class ConsumeCalls:
             queue_ids = [(start + i) % count for i in range(count)]
             fifo = info.message_type is MessageType.FIFO
             deadline = time.monotonic() + self.poll_s(request)
+            sql = wanted.where is not None
             while True:
                 left = deadline - time.monotonic()
+                before = self.positions.scanned(group, topic, queue_ids) if sql else 0
                 got = await self._attempt(
                     group, topic, queue_ids, wanted, batch, invisible, fifo, left
                 )
                 remaining = deadline - time.monotonic()
                 if got or remaining <= 0:
                     break
+                if sql and self.positions.scanned(group, topic, queue_ids) > before:
+                    continue  # a SQL92 look is one bounded read per queue: the next one now
                 await self.wait_for(topic, min(remaining, REDELIVERY_POLL_S))
         except Exception as exc:
             return Lone(sv.ReceiveMessageResponse(status=fail(exc)))
@@ -147,7 +152,7 @@ class ConsumeCalls:
         group: str,
         topic: str,
         queue_ids: list[int],
-        wanted: frozenset[str] | None,
+        wanted: Filter,
         batch: int,
         invisible: int,
         fifo: bool,
@@ -160,11 +165,16 @@ class ConsumeCalls:
             return []
         positions = self.positions
         ask = Ask(
-            tags=wanted, batch=batch, invisible_ms=invisible, now_ms=self.now_ms(), fifo=fifo,
-            max_bytes=room,
+            tags=wanted.tags, where=wanted.where, batch=batch, invisible_ms=invisible,
+            now_ms=self.now_ms(), fifo=fifo, max_bytes=room,
         )  # fmt: skip
-        # Records written lately are in the page cache: read them on the loop.
-        done = positions.receive_recent(group, topic, queue_ids, ask)
+        # Records written lately are in the page cache: read them on the loop, unless a SQL92
+        # filter would decode and evaluate each of them (up to READ_FILTER_RECORDS_MAX a queue).
+        done = (
+            None
+            if ask.where is not None
+            else positions.receive_recent(group, topic, queue_ids, ask)
+        )
         loop = asyncio.get_running_loop()
         if done is None:
             receive = functools.partial(positions.receive, group, topic, queue_ids, ask)

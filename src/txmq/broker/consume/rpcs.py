@@ -33,7 +33,7 @@ from txmq.broker.cluster.membership import Membership
 from txmq.broker.config.broker_config import BrokerConfig
 from txmq.broker.consume.book import DeadLetter
 from txmq.broker.consume.flow import ByteBudget
-from txmq.broker.consume.handout import tags
+from txmq.broker.consume.handout import filter_of
 from txmq.broker.consume.positions import ConsumerPositions
 from txmq.broker.consume.receive import ConsumeCalls
 from txmq.broker.metrics.prometheus import Metrics
@@ -225,12 +225,18 @@ class ConsumeRpcs:
             topic, qid = self._queue(request.message_queue)
             if request.offset < 0:
                 raise IllegalOffsetError(f"offset must be >= 0, got {request.offset}")
-            wanted = tags(request.filter_expression)
+            wanted = filter_of(request.filter_expression)
             batch = max(1, min(request.batch_size or 32, limits.READ_BATCH_MAX))
 
             async def attempt(remaining_s: float) -> QueueRead:
                 return await self.run(
-                    self.store.read_queue, topic, qid, request.offset, batch, tags=wanted
+                    self.store.read_queue,
+                    topic,
+                    qid,
+                    request.offset,
+                    batch,
+                    tags=wanted.tags,
+                    where=wanted.where,
                 )
 
             def answered(read: QueueRead) -> bool:

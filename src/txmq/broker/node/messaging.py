@@ -26,6 +26,7 @@ from txmq import errors, limits
 from txmq.broker.cluster import routes
 from txmq.broker.cluster.membership import Membership
 from txmq.broker.config.broker_config import BrokerConfig
+from txmq.broker.consume.handout import filter_of
 from txmq.broker.consume.rpcs import ConsumeRpcs
 from txmq.broker.produce.rpcs import ProduceRpcs
 from txmq.broker.produce.send_path import SendPath
@@ -194,6 +195,16 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
         if telemetry.is_publisher(settings):
             session.topics.update(r.name for r in settings.publishing.topics)
         if settings.subscription.group.name:
+            try:
+                # A malformed filter is refused here already (RocketMQ's proxy refuses an empty
+                # SQL92 one here): a PushConsumer then fails its start instead of running on
+                # and receiving nothing.
+                for entry in settings.subscription.subscriptions:
+                    filter_of(entry.expression)
+            except errors.IllegalFilterExpressionError as exc:
+                # The client shows no reason (a PushConsumer's start times out): the log does.
+                log.warning("settings of client %s refused: %s", session.client_id, exc)
+                return sv.TelemetryCommand(status=fail(exc))
             group = mapping.validate_group(settings.subscription.group.name)
             session.groups.add(group)
             topics = {e.topic.name for e in settings.subscription.subscriptions}

@@ -173,20 +173,26 @@ class Reader:
         max_count: int,
         *,
         tags: frozenset[str] | None = None,
+        where: Callable[[Record], bool] | None = None,
         max_bytes: int | None = None,
     ) -> QueueRead:
         """See ``Store.read_queue``; every record is ``checked``."""
         max_count = max(0, min(max_count, limits.READ_BATCH_MAX))
         wanted = None if tags is None else {tag_hash(t) for t in tags}
+        filtered = tags is not None or where is not None
+        # A predicate needs each record decoded: it looks at fewer entries than a tag filter.
+        scan_max = limits.READ_SCAN_ENTRIES_MAX if where is None else limits.READ_FILTER_RECORDS_MAX
         out: list[Record] = []
         cq, lo, hi = self._queue(topic, queue_id)
         if cq is None:
             return QueueRead((), offset, 0, 0)
         next_offset, scanned, taken = min(max(offset, lo), hi), 0, 0
         while len(out) < max_count and next_offset < hi:
-            if scanned >= limits.READ_SCAN_ENTRIES_MAX:
+            if scanned >= scan_max:
                 break
-            chunk = max_count - len(out) if wanted is None else limits.READ_BATCH_MAX
+            chunk = (
+                min(limits.READ_BATCH_MAX, scan_max - scanned) if filtered else max_count - len(out)
+            )
             next_offset, entries = self._entries(cq, next_offset, min(chunk, hi - next_offset))
             for entry in entries:
                 if len(out) >= max_count:
@@ -199,7 +205,11 @@ class Reader:
                 if wanted is not None and entry[2] not in wanted:
                     continue
                 rec = self.checked(topic, queue_id, at, entry)
-                if rec is not None and (tags is None or rec.tag in tags):
+                if (
+                    rec is not None
+                    and (tags is None or rec.tag in tags)
+                    and (where is None or where(rec))
+                ):
                     out.append(rec)
                     taken += rec.size
             if not entries:
