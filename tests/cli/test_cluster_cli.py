@@ -18,6 +18,7 @@ from tests.cli.test_cli import ok, txmq
 from tests.cli.test_narrow_tables import assert_whole, narrow
 from tests.integration.conftest import ROOT, BrokerProcess, wait_until
 from tests.integration.test_cluster import free_ports
+from tests.integration.test_data_modes import loose
 from txmq.coordination.cluster_file import load
 
 
@@ -56,6 +57,11 @@ def _two_free_ports(n: int = 2) -> int:
 
 def test_cluster_up_status_views_and_clean_stop(tmp_path: Path) -> None:
     port = _two_free_ports()
+    # A directory others may read: cluster up makes it owner only, and says so.
+    (tmp_path / "c").mkdir(mode=0o755)
+    (tmp_path / "c").chmod(0o755)
+    (tmp_path / "c" / "notes.txt").write_text("ops notes")
+    (tmp_path / "c" / "notes.txt").chmod(0o644)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     cmd = [sys.executable, "-m", "txmq.cli", "cluster", "up", "--brokers", "2",
            "--data-dir", str(tmp_path / "c"), "--port", str(port)]  # fmt: skip
@@ -91,7 +97,11 @@ def test_cluster_up_status_views_and_clean_stop(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
-    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert code == 0, stderr
+    said = "took group and other permissions away from 1 directory and 1 file"
+    assert f"txmq cluster: {tmp_path / 'c'}: {said}" in stderr, stderr
+    assert loose(tmp_path / "c") == []  # the brokers' data, their logs, the cluster file
     # Every broker stopped cleanly: its data directory is free and has no abort marker.
     r = txmq("cluster", "status", "--endpoints", f"127.0.0.1:{port}")
     assert r.returncode == 3 and r.stderr.startswith("txmq: ")

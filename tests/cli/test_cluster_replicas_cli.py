@@ -16,6 +16,7 @@ from tests.cli.test_cli import ok, txmq
 from tests.cli.test_cluster_cli import _lines, _two_free_ports
 from tests.cli.test_narrow_tables import assert_whole, narrow
 from tests.integration.conftest import ROOT, wait_until
+from tests.integration.test_data_modes import loose
 
 
 def _replicas(port: int) -> list[dict[str, object]]:
@@ -98,6 +99,9 @@ def test_cluster_up_with_replicas_and_status(etcd_binary: Path, tmp_path: Path) 
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
+    # Owner only: the replicas' data and logs, the cluster file, the local etcd's data and log.
+    assert (tmp_path / "c" / "etcd" / "etcd.log").is_file()
+    assert loose(tmp_path / "c") == []
 
 
 def test_cluster_up_replicas_without_etcd_names_the_package(tmp_path: Path) -> None:

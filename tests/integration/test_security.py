@@ -417,7 +417,7 @@ def test_rules_without_an_admin_are_refused_at_start_with_exit_2(tmp_path: Path,
         (
             ACL + "\n[[users]]\naccess_key='x'\nsecret_key='0123456789abcdef'\nrole='a'\n",
             0o600,
-            "users[3].role: unknown key",
+            f"users[{ACL.count('[[users]]')}].role: unknown key",  # the user after ACL's
         ),
         (ACL.replace('"sec-orders"]', '"sec orders"]', 1), 0o600, "malformed pattern"),
     ],

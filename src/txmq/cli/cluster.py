@@ -32,6 +32,7 @@ from txmq.client.admin import cluster_call, split_endpoints
 from txmq.coordination.cluster_file import ClusterFile, Member, write
 from txmq.coordination.etcd import EtcdTls
 from txmq.errors import TxmqError
+from txmq.store.files.disk import make_private_dirs, open_private, tighten_tree
 
 CLUSTER_FILE_NAME = "cluster.toml"
 START_TIMEOUT_S = 60.0
@@ -65,7 +66,8 @@ def _start(
         "--data-dir", str(data_dir), "--host", host, "--port", str(member.port),
         "--cluster", str(cluster_path), "--broker-name", member.name, *extra,
     ]  # fmt: skip
-    with (data_dir.parent / f"{member.name}.log").open("a") as log:
+    log_path = data_dir.parent / f"{member.name}.log"
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "a") as log:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
 
 
@@ -150,7 +152,11 @@ def up(
         raise click.BadParameter("--etcd goes with --replicas R (R > 1)")
     if port + n * replicas - 1 > 65535:
         raise click.BadParameter(f"ports {port}..{port + n * replicas - 1} do not fit below 65536")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    # Owner only, as each broker's own directory (they hold message bodies and logs).
+    make_private_dirs(data_dir)
+    tightened = tighten_tree(data_dir)
+    if tightened is not None:
+        click.echo(f"txmq cluster: {tightened}", err=True)
     local = None
     if replicas > 1 and etcd is None:
         local, etcd = cluster_replicas.start_etcd(data_dir)

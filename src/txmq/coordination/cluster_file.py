@@ -39,6 +39,7 @@ everywhere (routes, assignments, ``cluster status``, the Spark source's queue nu
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from typing import Any
 
 from txmq import limits
 from txmq.errors import ConfigError
+from txmq.store.files.disk import FILE_MODE
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -281,7 +283,11 @@ def render(cluster: ClusterFile) -> str:
 
 
 def write(path: Path, cluster: ClusterFile) -> None:
-    """Write the file whole: a temporary file renamed over the old one."""
+    """Write the file whole: a temporary file renamed over the old one, owner only (0600, as
+    the data beside it in ``txmq cluster up``'s directory)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(cluster))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, FILE_MODE)  # whatever the umask, or a temporary file a crash left
+        out.write(render(cluster))
     tmp.replace(path)

@@ -7,6 +7,7 @@ Must not: stop processes it did not start.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from txmq import limits
 from txmq.coordination.etcd import Etcd, EtcdTls
 from txmq.errors import CoordinationError
+from txmq.store.files.disk import make_private_dirs, open_private
 
 PACKAGE_HINT = "install Debian's etcd-server package (apt-get install etcd-server)"
 
@@ -57,7 +59,7 @@ def start_local_etcd(
     returns the process and its client endpoint ``HOST:PORT`` once it answers (to ``client``:
     how this side reaches it when it serves TLS)."""
     binary = etcd_binary()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(data_dir)
     client_port, peer = _free_port(host), _free_port(host)
     scheme = "https" if serving is not None else "http"
     client_url, peer_url = f"{scheme}://{host}:{client_port}", f"http://{host}:{peer}"
@@ -74,7 +76,7 @@ def start_local_etcd(
         cmd += ["--cert-file", str(serving.cert_file), "--key-file", str(serving.key_file)]
         if serving.client_ca is not None:
             cmd += ["--client-cert-auth", "--trusted-ca-file", str(serving.client_ca)]
-    with open(data_dir / "etcd.log", "ab") as log:
+    with os.fdopen(open_private(data_dir / "etcd.log", os.O_WRONLY | os.O_APPEND), "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     endpoint = f"{host}:{client_port}"
     try:

@@ -206,7 +206,6 @@ async def _follow(
     acl = read_acl_file(config.acl_file) if config.acl_file is not None else None
     peers = peer_security(config, acl)
     membership.security = peers
-    config.data_dir.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_data_dir(config.data_dir)
     try:
         follower = await asyncio.to_thread(

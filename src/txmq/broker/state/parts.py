@@ -13,6 +13,7 @@ consumer positions file.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -27,9 +28,12 @@ from txmq.broker.produce.send_path import SendPath
 from txmq.broker.rpc.sessions import Clients
 from txmq.broker.topics.registry import TopicRegistry
 from txmq.errors import ConfigError
+from txmq.store.files.disk import make_private_dirs, open_private, tighten_tree
 from txmq.store.store import Store
 from txmq.txn.coordinator import Resolver, Transactions
 from txmq.txn.ledger import LEDGER_TOPIC, SinkLedger
+
+log = logging.getLogger("txmq.broker")
 
 
 def wall_ms() -> int:
@@ -41,16 +45,20 @@ LOCK_FILE = "broker.lock"
 
 
 def lock_data_dir(data_dir: Path) -> int:
-    """Take the data directory for this process; returns the lock's file descriptor.
+    """Take the data directory for this process (created 0700 if missing); returns the lock's
+    file descriptor. Then take group and other permissions away from everything in it (a
+    directory made by an older broker, or by hand): one log line says what changed.
 
     Two brokers on one directory would interleave appends to one commit log. The lock is an
     advisory ``flock`` that the kernel drops when the process dies, so a SIGKILLed broker never
     leaves a stale lock behind.
 
     Raises:
-        ConfigError: another process holds the directory.
+        ConfigError: another process holds the directory, or an entry in it belongs to another
+            user (its permissions cannot be tightened).
     """
-    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    make_private_dirs(data_dir)
+    fd = open_private(data_dir / LOCK_FILE, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -59,9 +67,20 @@ def lock_data_dir(data_dir: Path) -> int:
         raise ConfigError(
             f"data directory {data_dir} is in use by another broker (pid {holder})"
         ) from None
+    try:
+        _tighten(data_dir)
+    except BaseException:
+        os.close(fd)
+        raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _tighten(data_dir: Path) -> None:
+    changed = tighten_tree(data_dir)
+    if changed is not None:
+        log.warning("data directory %s", changed)
 
 
 class Parts:
@@ -77,7 +96,6 @@ class Parts:
         # The broker's one clock, injected into every part that reads time.
         self.now_ms = now_ms
         d = config.data_dir
-        d.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_data_dir(d)
         try:
             # ``visible_end``: a SYNC leader's read hold starts there (Store.open, ADR 0005).

@@ -5,6 +5,11 @@ Owns: ``Disk``/``FileHandle`` (the protocols), ``OsDisk`` (real files, real fdat
 simulated disk that loses unsynced data on a simulated crash is ``store/files/sim_disk.py``. The
 store never calls ``open``/``os.*`` on data files directly, so faults can be injected
 deterministically. Must not: hold store logic, cache data, or retry a failed fsync.
+
+Permissions: the files hold every topic's message bodies, so ``OsDisk`` creates directories
+``DIR_MODE`` (0700) and files ``FILE_MODE`` (0600), set explicitly whatever the process's
+umask; ``make_private_dirs`` and ``tighten_tree`` (an existing tree, at a broker's start) serve
+the broker's and ``txmq cluster up``'s other files the same way.
 """
 
 from __future__ import annotations
@@ -14,9 +19,17 @@ import ctypes.util
 import errno
 import os
 import random
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
+
+from txmq.errors import ConfigError
+
+# Owner only: group and others get nothing (docs/security.md).
+FILE_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+_GROUP_OTHER: Final = 0o077
 
 
 class FileHandle(Protocol):
@@ -52,9 +65,9 @@ class OsFile:
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = open_private(path, os.O_RDWR)
 
     def pwrite(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
@@ -109,7 +122,7 @@ class OsDisk:
         return sorted(os.listdir(directory))
 
     def makedirs(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(directory)
 
     def remove(self, path: Path) -> None:
         path.unlink()
@@ -126,10 +139,11 @@ class OsDisk:
         return path.exists()
 
     def write_atomic(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
+            os.fchmod(fd, FILE_MODE)  # a temporary file a crash left keeps its old mode
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
@@ -157,6 +171,84 @@ class OsDisk:
         """(total bytes, bytes free for this process) of the file system holding ``directory``."""
         st = os.statvfs(directory)
         return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def make_private_dirs(directory: Path) -> None:
+    """``mkdir -p directory``, each directory it creates ``DIR_MODE`` whatever the umask (an
+    existing one is left as it is: ``tighten_tree`` tightens a tree at start)."""
+    missing: list[Path] = []
+    for d in (directory, *directory.parents):  # bounded by the path's depth
+        if d.is_dir():
+            break
+        missing.append(d)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            continue  # made meanwhile by another thread or process: theirs to set
+        os.chmod(d, DIR_MODE)  # the umask may have taken bits from the owner too
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open ``path`` with ``flags``, creating it ``FILE_MODE`` (exactly, whatever the umask) if
+    missing; an existing file keeps its mode. Returns the descriptor."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return os.open(path, flags)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def tighten_tree(root: Path) -> str | None:
+    """Take group and other permissions away from ``root`` and every directory and regular file
+    under it (symbolic links are neither followed nor changed). Returns one sentence saying what
+    changed, for the log, or None when nothing had to.
+
+    Raises:
+        ConfigError: an entry this process may not change (another user's).
+    """
+    changed = [0, 0]
+    examples: list[str] = []
+
+    def tighten(path: Path) -> None:
+        info = path.lstat()
+        mode = stat.S_IMODE(info.st_mode)
+        kind = 0 if stat.S_ISDIR(info.st_mode) else 1 if stat.S_ISREG(info.st_mode) else -1
+        if kind < 0 or not mode & _GROUP_OTHER:
+            return
+        try:
+            os.chmod(path, mode & ~_GROUP_OTHER)
+        except PermissionError as exc:
+            raise ConfigError(
+                f"{path}: mode {mode:04o} lets group or others in, and this user may not change "
+                f"it ({exc.strerror}): the broker's user must own its data directory"
+            ) from exc
+        changed[kind] += 1
+        if len(examples) < 3:
+            examples.append(f"{path.relative_to(root.parent)} (was {mode:04o})")
+
+    tighten(root)
+    # Bounded by the tree; links not followed; an unreadable directory raises, not skipped.
+    for directory, dirs, files in os.walk(root, onerror=_raise):
+        for name in (*dirs, *files):
+            tighten(Path(directory) / name)
+    if not any(changed):
+        return None
+    directories = f"{changed[0]} director{'y' if changed[0] == 1 else 'ies'}"
+    regular = f"{changed[1]} file{'' if changed[1] == 1 else 's'}"
+    return (
+        f"{root}: took group and other permissions away from {directories} and {regular}, "
+        f"now owner only (e.g. {', '.join(examples)})"
+    )
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
 
 
 _FALLOC_FL_KEEP_SIZE = 0x01
