@@ -67,35 +67,55 @@ def run(
 ) -> tuple[AuditResult, list[OpenTransaction]]:
     """Audit the table against the topic. Returns the result and ``open_txns`` with each
     looked-up key's ``db_row`` filled in."""
+    result = AuditResult(
+        spec.window,
+        {
+            "jdbc_url": spec.jdbc.shown_url,
+            "table": spec.jdbc.table,
+            "key": spec.key_column,
+            "topic": topic.name,
+            "match": str(spec.match),
+        },
+        now_ms,
+    )
+    rows = read_rows(spark, spec, now_ms=now_ms)
+    messages = read_messages(spark, spec, topic)
+    open_txns = reckon_inputs(
+        spark, rows, messages, result, open_txns, examples=spec.examples, report_dir=report_dir
+    )
+    return result, open_txns
+
+
+def reckon_inputs(
+    spark: Any,
+    rows: Any,
+    messages: Any,
+    result: AuditResult,
+    open_txns: list[OpenTransaction],
+    *,
+    examples: int,
+    report_dir: Path | None = None,
+) -> list[OpenTransaction]:
+    """Fill ``result`` from the two inputs (reckon.py's shapes, wherever they were read from)
+    with the Spark jobs described above; returns ``open_txns`` with ``db_row`` filled in."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    rows = read_rows(spark, spec).persist(StorageLevel.MEMORY_AND_DISK)
-    messages = read_messages(spark, spec, topic).persist(StorageLevel.MEMORY_AND_DISK)
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    messages = messages.persist(StorageLevel.MEMORY_AND_DISK)
     keys = reckon.per_key(rows, messages).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        result = AuditResult(
-            spec.window,
-            {
-                "jdbc_url": spec.jdbc.shown_url,
-                "table": spec.jdbc.table,
-                "key": spec.key_column,
-                "topic": topic.name,
-                "match": str(spec.match),
-            },
-            now_ms,
-        )
         _totals(rows, messages, result)
         _counts(keys, result)
         found = reckon.discrepancies(keys)
         for kind, frame in found.by_kind().items():
             ordered = frame.orderBy(F.col(reckon.ORDER[kind]).asc_nulls_last(), "key")
-            result.examples[kind] = _examples(ordered, spec.examples)
+            result.examples[kind] = _examples(ordered, examples)
         open_txns = _mark_rows(keys, open_txns, result)
         if report_dir is not None:
-            write_parquet(spark, found, open_txns, report_dir, now_ms)
+            write_parquet(spark, found, open_txns, report_dir, result.now_ms)
             result.report_dir = str(report_dir)
-        return result, open_txns
+        return open_txns
     finally:
         for frame in (keys, messages, rows):
             frame.unpersist()

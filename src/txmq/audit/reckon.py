@@ -144,12 +144,10 @@ def discrepancies(keys: Any) -> Discrepancies:
 
     return Discrepancies(
         lost=keys.where(lost_condition()).select("key", F.col("db_at").alias("at")),
-        phantom=keys.where(phantom_condition())
-        .select(
+        phantom=keys.where(phantom_condition()).select(
             "key", F.col("first_id").alias("message_id"), F.col("first_at").alias("at"), "copies"
         ),
-        duplicate=keys.where(duplicate_condition())
-        .select(
+        duplicate=keys.where(duplicate_condition()).select(
             "key",
             "copies",
             F.col("first_id").alias("first_message_id"),

@@ -93,8 +93,10 @@ def _type_base(type_name: str) -> str:
     return type_name.split("(", 1)[0]
 
 
-def read_rows(spark: Any, spec: AuditSpec) -> Any:
-    """The rows input (key, at, in_window) of the window plus grace, or of the whole table."""
+def read_rows(spark: Any, spec: AuditSpec, *, now_ms: int) -> Any:
+    """The rows input (key, at, in_window) of the window plus grace, or of the whole table.
+    ``now_ms`` ends the span a window without an end is split over (later rows are still
+    read, by the last partition)."""
     from pyspark.sql import functions as F
 
     schema = open_schema(spark, spec)
@@ -105,7 +107,8 @@ def read_rows(spark: Any, spec: AuditSpec) -> Any:
     kind = _type_base(schema[when])
     reader = jdbc_reader(spark, spec)
     window = spec.window
-    bounds = _bounds(kind, window.wide_since_ms, window.wide_until_ms, spec.epoch_unit_ms)
+    until_ms = window.wide_until_ms if window.wide_until_ms is not None else now_ms
+    bounds = _bounds(kind, window.wide_since_ms, until_ms, spec.epoch_unit_ms)
     if bounds is not None and spec.partitions > 1:
         reader = (
             reader.option("partitionColumn", when)
@@ -150,12 +153,10 @@ def _literal(kind: str, at_ms: int, unit_ms: int) -> Any:
     return F.timestamp_millis(F.lit(at_ms)).cast("timestamp")
 
 
-def _bounds(
-    kind: str, since_ms: int | None, until_ms: int | None, unit_ms: int
-) -> tuple[str, str] | None:
-    """lowerBound/upperBound of a partitioned read: the window plus grace (only when it has
-    both ends, and only for column types Spark can split on)."""
-    if since_ms is None or until_ms is None:
+def _bounds(kind: str, since_ms: int | None, until_ms: int, unit_ms: int) -> tuple[str, str] | None:
+    """lowerBound/upperBound of a partitioned read: the window plus grace (only when it has a
+    start before ``until_ms``, and only for column types Spark can split on)."""
+    if since_ms is None or since_ms >= until_ms:
         return None
     if kind in _NUMBER_TYPES:
         return str(since_ms // unit_ms), str(until_ms // unit_ms)
