@@ -112,6 +112,7 @@ SPARK_SESSION_MODULES = frozenset(
         "cluster_source",
         "failover",
         "grown_topic",
+        "newcomer_errors",
         "pipeline",
         "stream_crash",
     )

@@ -15,10 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from txmq.demo.pipeline import aggregate_orders, reconcile
-from txmq.spark.session import local_session
+from txmq.errors import TxmqError
+from txmq.spark.session import explain, local_session, txmq_cause
 
 
 def main(argv: Sequence[str]) -> None:
+    """Runs the jobs; a txmq error (no Java, workers without txmq) ends it with one
+    ``txmq: ...`` line on stderr, which the demo shows (steps.run_spark)."""
+    try:
+        run(argv)
+    except Exception as exc:  # converted to one line below, or raised as it is
+        line = explain(exc) or (exc if isinstance(exc, TxmqError) else txmq_cause(exc))
+        if line is None:
+            raise
+        print(f"txmq: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def run(argv: Sequence[str]) -> None:
     endpoints, out_dir, topic, orders_db, inventory_db = argv
     out = Path(out_dir)
     spark = local_session("txmq-demo")

@@ -133,7 +133,7 @@ def run_spark(
                 f"the Spark step did not finish in {SPARK_TIMEOUT_S:.0f} s; see {log_path}"
             ) from None
     if r.returncode != 0:
-        raise DemoError(f"the Spark step failed (exit {r.returncode}); see {work / 'spark.log'}")
+        raise DemoError(spark_failure(work / "spark.log", r.returncode))
     result = json.loads(r.stdout.strip().splitlines()[-1])
     import pyarrow.parquet as pq
 
@@ -145,6 +145,16 @@ def run_spark(
         qty=int(sum(table["qty"])),
         mismatches=None if mismatches is None else {k: list(v) for k, v in mismatches.items()},
     )
+
+
+def spark_failure(log: Path, code: int) -> str:
+    """Why the Spark step failed: the job's own ``txmq: ...`` line when it wrote one (no Java,
+    Spark's workers without txmq), else where the JVM's log is."""
+    lines = log.read_text(errors="replace").splitlines()
+    told = [line.removeprefix("txmq: ") for line in lines if line.startswith("txmq: ")]
+    if told:
+        return f"the Spark step failed: {told[-1]}"
+    return f"the Spark step failed (exit {code}); see {log}"
 
 
 def topic_messages(endpoints: str, topic: str) -> int:

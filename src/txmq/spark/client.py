@@ -485,6 +485,17 @@ class BrokerClient:
             return set()
         return {name}
 
+    def topic_routed(self, topic: str) -> bool:
+        """Whether the broker routes ``topic`` as it does for the official clients (QueryRoute):
+        a topic that exists, or one the broker creates on first use (``--auto-create-topics``)."""
+        pb, sv = _v2().pb, _v2().sv
+        reply = self._unary("QueryRoute", sv.QueryRouteRequest(topic=pb.Resource(name=topic)))
+        try:
+            raise_for_status(reply.status)
+        except errors.TopicNotFoundError:
+            return False
+        return True
+
     def cluster_info(self) -> list[dict[str, Any]]:
         """ClusterInfo's members (name, endpoint: where the group leads, live, endpoints: every
         replica), in cluster-file order (a broker without a cluster file is a cluster of one)."""

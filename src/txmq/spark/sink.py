@@ -76,6 +76,8 @@ from txmq.txn.ledger import (
 SENDS_IN_FLIGHT: Final = 4
 # EndTransaction calls the driver keeps in flight, for the same reason.
 DECISIONS_IN_FLIGHT: Final = 16
+# What `txmq topic create` reaches without --endpoints: the hint names the flag only otherwise.
+CLI_DEFAULT_ENDPOINTS: Final = "127.0.0.1:8081"
 # Test-only failpoint: "after-ledger:<batch>" or "after-sink-commit:<batch>" SIGKILLs the whole
 # driver process group at that point of that batch's commit (a crashed driver machine).
 FAILPOINT_ENV: Final = "TXMQ_SPARK_FAILPOINT"
@@ -102,6 +104,21 @@ class SinkCommitLostError(errors.TransactionError):
         self.query = query
         self.batch = batch
         self.transaction_id = transaction_id
+
+
+class SinkTopicMissingError(errors.TopicNotFoundError):
+    """The sink's topic does not exist: raised on the driver before any task runs, as one line
+    that names the topic and the command creating it (not a failed task per partition)."""
+
+    def __init__(self, topic: str, endpoints: str) -> None:
+        super().__init__(topic)
+        quoted = f'"{endpoints}"' if ";" in endpoints else endpoints
+        where = "" if endpoints == CLI_DEFAULT_ENDPOINTS else f" --endpoints {quoted}"
+        self.args = (
+            f"the txmq sink's topic {topic!r} does not exist at {endpoints}; create it with: "
+            f"txmq topic create {topic} --type transaction{where}",
+        )
+        self.endpoints = endpoints
 
 
 @dataclass
@@ -164,6 +181,17 @@ class _Sink:
         # Fixed on the driver and pickled to the tasks: one id for the whole write job.
         self.batch_id = opts.get("batchid", "").strip() or uuid.uuid4().hex
         ledger_key(self.sink_id, self.batch_id)  # checks both now, not in every task
+        if self.topic:
+            self._require_topic()
+
+    def _require_topic(self) -> None:
+        """Runs where Spark builds the writer, on the driver, before any task: a missing topic
+        fails the write there, in one line, with nothing sent (a broker that creates topics on
+        first use creates it, as for the first send). A ``topic`` column's topics are known
+        only row by row, in the tasks."""
+        with BrokerClient(self.endpoints, security=self.security) as broker:
+            if not broker.topic_routed(self.topic):
+                raise SinkTopicMissingError(self.topic, self.endpoints)
 
     def cluster(self) -> SinkCluster:
         """The members, asked now (each task and each commit asks: liveness changes)."""
