@@ -1,7 +1,7 @@
 """Broker benchmark with the official RocketMQ Python client: broker CPU per message against its
 floor, throughput and latency, with 1 and 32 producer threads.
 
-The floor (issue 17) is a do-nothing grpc.aio RocketMQ server (``floor_servers.py stub``:
+The floor is a do-nothing grpc.aio RocketMQ server (``floor_servers.py stub``:
 canned replies, committed messages handed from SendMessage/EndTransaction to ReceiveMessage in
 memory, no storage, no fsync) answering the same calls, driven the same way: the same official
 Producer threads and the same SimpleConsumer process. For each workload the script prints the

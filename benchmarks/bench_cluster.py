@@ -1,7 +1,7 @@
 """Cluster benchmark: broker CPU per transaction with 1 and with 2 brokers (``txmq cluster up``),
 throughput on this machine, and a projection for a 16-core machine.
 
-Goal (issue 18): a cluster must not make a transaction dearer. Broker CPU per transaction with 2
+Goal: a cluster must not make a transaction dearer. Broker CPU per transaction with 2
 brokers must stay within 10 % of 1 broker's, so throughput scales with the cores given to
 brokers. Load: official Producer threads (begin, send the half message, commit) given every
 member's endpoint (``H:P1;H:P2``), in producer processes of T threads each, and one

@@ -1,6 +1,6 @@
 """Failover benchmark: how long the official client stops committing when a group's leader dies.
 
-Goal (issue 19, ADR 0006): the official Python client given every replica's endpoint commits
+Goal (ADR 0006): the official Python client given every replica's endpoint commits
 transactions again well within 10 s of a kill -9 of the leader (before routes carried every
 replica and followers forwarded, it waited for its next route refresh: up to ~30 s).
 Method: a local etcd and ``--replicas`` replica processes of one group, SYNC with

@@ -1,7 +1,7 @@
 """Replica groups benchmark: how long ``txmq cluster up --brokers N --replicas R`` takes to start,
 and how long a failover inside a multi-group cluster takes to show in every route.
 
-Goal (issue 19): a follower leads within 10 s of its leader's death, and every live member
+Goal: a follower leads within 10 s of its leader's death, and every live member
 knows the current leaders. Each run: ``cluster up`` (a local etcd and N x R
 replicas) in a fresh directory; times to its last "listening" line and until every group has a
 leader (``cluster status``); then the leader of group-0 is killed with SIGKILL and the time

@@ -1,8 +1,8 @@
 """Instructions per transaction through the broker's own handlers, without gRPC's transport: a
-paired A/B of code changes below what CPU times on this machine resolve (issue 17).
+paired A/B of code changes below what CPU times on this machine resolve.
 
 Why: ``bench_instructions.py floor`` counts whole brokers behind real clients, which at load 6-21
-lost consumers or transactions (docs/benchmarks.md, issue 17, tenth pass). This drives one
+lost consumers or transactions (docs/benchmarks.md). This drives one
 process instead: per transaction a SendMessage of a 1 KiB transactional half, EndTransaction
 (commit), ReceiveMessage and AckMessage, each through what decode.py registers (the generic
 handler's lookup, the request deserializer, the handler gRPC would run, the reply serializer),

@@ -1,12 +1,12 @@
 """Instruction counts: the work a server does per transaction, counted by valgrind's callgrind
 instead of timed. Two comparisons:
 
-- ``cluster`` (issue 18): a broker in a cluster of 2 against a lone broker. The goal is that a
+- ``cluster``: a broker in a cluster of 2 against a lone broker. The goal is that a
   broker's CPU per transaction in a cluster stays within 10 % of a lone broker's, "so throughput
   scales with cores where cores are free". This machine has no free cores (2 cores shared by
   brokers, clients and other sessions), so ``bench_cluster.py``'s CPU times move +-30 % between
   windows with contention alone.
-- ``floor`` (issue 17): the broker against its floor (``floor_servers.py stub``, a do-nothing
+- ``floor``: the broker against its floor (``floor_servers.py stub``, a do-nothing
   grpc.aio server answering the same calls), and with ``--baseline-src DIR`` a broker from
   another checkout beside it: an A/B of a code change whose effect is below what CPU times on
   this machine resolve.
@@ -281,10 +281,10 @@ def main() -> None:
         pairs: list[tuple[str, str, float | None]]
         if args.compare == "cluster":
             build = [lambda: cluster(1, run), lambda: cluster(2, run)]
-            pairs = [("2 brokers", "1 broker", 1.10)]  # issue 18's goal
+            pairs = [("2 brokers", "1 broker", 1.10)]  # the cluster's goal
         else:
             build = [lambda: broker("broker", ROOT / "src", run), lambda: floor(run)]
-            pairs = [("broker", "floor", None)]  # issue 17's goal is CPU time, not this
+            pairs = [("broker", "floor", None)]  # the goal is CPU time, not this
             if args.baseline_src is not None:
                 build.append(lambda: broker("baseline broker", args.baseline_src, run))
                 pairs.append(("broker", "baseline broker", None))

@@ -1,6 +1,6 @@
 """Replication benchmark: SYNC replication with 2 replicas next to a single broker, same run.
 
-Goal (issue 19): a group of 2 replicas with SYNC replication (a write acknowledged once it is
+Goal: a group of 2 replicas with SYNC replication (a write acknowledged once it is
 durable on both) keeps at least 60 % of a single broker's throughput. Each phase: ``--threads``
 official Producer threads sending 1 KiB messages (``--txn``: begin, half message, commit) for
 ``--seconds``, at the single broker or at the group's leader; throughput and the p50/p99 of

@@ -3,7 +3,7 @@ pipeline reading the same rows from a local JSON-lines file, in the same run and
 
 Both pipelines are ``readStream ... writeStream.format("parquet")`` with a checkpoint and
 Trigger.AvailableNow, so they pay the same planning, checkpoint and Parquet costs; the ratio
-isolates the source. Goal (issue 5): txmq >= 50 % of the file source's rows/s. A third pipeline
+isolates the source. Goal: txmq >= 50 % of the file source's rows/s. A third pipeline
 reads the same number of rows from a null Python Data Source (ready-made Arrow batches, no I/O):
 the floor any Python source pays here, so the run also shows how close txmq is to it.
 
@@ -41,7 +41,7 @@ planner. Per row txmq costs ~1.8 us of broker CPU (reading and checking records,
 us of client CPU (gRPC receive, per-record CRC, numpy/Arrow), measured outside Spark, then
 Spark's Arrow-to-row path and Parquet.
 
-The sink (issue 21): for each ``--sink-rows`` count (default 10,000 and 100,000) one
+The sink: for each ``--sink-rows`` count (default 10,000 and 100,000) one
 transactional batch write (``df.write.format("txmq")`` with sinkId/batchId, 2 partitions: one
 task per core) into a fresh transaction topic, then the same number of plain batched sends
 (64-message SendMessage requests from 4 threads, ``produce``) into the same broker; goals: sink

@@ -1,7 +1,7 @@
 """Store benchmark: SYNC-mode appends with 1/16/64 writer threads (1 KiB records) against the
 raw single-writer write+fdatasync floor measured in the same run; then recovery time.
 
-Goals (issue 2): 64 writers >= 3x the raw floor (group commit); recovering 1 GiB of log after a
+Goals: 64 writers >= 3x the raw floor (group commit); recovering 1 GiB of log after a
 crash in under 10 s. Recovery is measured twice on the same log: a crash with a recent
 checkpoint (the normal case: scan past the checkpoint only) and the worst case, a crash with no
 checkpoint, which verifies every record's CRC and rebuilds every consume queue and the index.

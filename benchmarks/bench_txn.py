@@ -1,7 +1,7 @@
 """Transaction benchmark (store level, no network, SYNC mode, 1 KiB bodies): prepare + commit
 per transaction with 1 and 16 threads, next to plain durable appends measured in the same run.
 
-Goal (issue 3): a transaction costs at most 2.5x one plain durable send. A transaction is two
+Goal: a transaction costs at most 2.5x one plain durable send. A transaction is two
 durable appends (the half message, then the commit, which is also the visibility), so 2x is the
 floor for one thread; with many threads group commit lets both share fsyncs with other writers.
 

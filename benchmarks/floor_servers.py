@@ -8,7 +8,7 @@
   in-memory deque per topic until a ReceiveMessage takes them (no storage, no fsync, no
   transaction book, no redelivery; an ack is answered OK). Driven by the same clients as the
   broker, its CPU per message is what the gRPC calls alone cost here, so the broker's CPU per
-  message divided by it is the broker's own overhead (issue 17: ratio <= 1.3).
+  message divided by it is the broker's own overhead (ratio <= 1.3).
 
 Run: ``python benchmarks/floor_servers.py echo|stub``; prints ``... listening on HOST:PORT``.
 """

@@ -1,4 +1,4 @@
-"""Consumer-group lag covers every queue of every topic a group consumes (issue 20's defect).
+"""Consumer-group lag covers every queue of every topic a group consumes.
 
 Method: a real broker with a metrics port; 20 messages on a 4-queue topic sent with the official
 client; a group consumes 5 with ``txmq consume`` (one receive batch, so one queue). Before the

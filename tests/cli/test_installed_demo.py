@@ -1,4 +1,4 @@
-"""``txmq demo`` from an installed wheel, away from any source checkout (issue 16: the demo
+"""``txmq demo`` from an installed wheel, away from any source checkout (the demo
 used to load its services from examples/ next to the package).
 
 Method: build a wheel of this checkout, install it with pip into a fresh venv (the pip cache is

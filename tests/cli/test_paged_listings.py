@@ -1,4 +1,4 @@
-"""Paged admin listings: ``txmq txn list`` with 50,000 pending transactions (issue 21).
+"""Paged admin listings: ``txmq txn list`` with 50,000 pending transactions.
 
 Goal: the listing works however many transactions are pending (one unpaged TxnList reply passed
 gRPC's 4 MiB limit at ~12,000), every page is bounded, and the CLI follows the pages to list

@@ -1,4 +1,4 @@
-"""Names, auto-creation and undecodable requests (issue 14, defect 5), against a real broker.
+"""Names, auto-creation and undecodable requests, against a real broker.
 
 Goal: every malformed name or request gets a RocketMQ status, never gRPC UNKNOWN: a topic name
 with a trailing newline is illegal, a 10,000-character group is refused, a string field that is

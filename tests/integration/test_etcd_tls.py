@@ -1,4 +1,4 @@
-"""etcd over TLS: leadership and fencing on an untrusted network (issue 19 with issue 15).
+"""etcd over TLS: leadership and fencing on an untrusted network.
 
 Goal: a replica group can be led through an etcd that serves TLS and requires client
 certificates, so nobody on the network can read or forge a leader key or an in-sync set; every

@@ -1,4 +1,4 @@
-"""A real full disk under a real broker (issue 14, defect 1), on a small tmpfs: slow, root only.
+"""A real full disk under a real broker, on a small tmpfs: slow, root only.
 
 Goal: with the data directory on a 48 MiB tmpfs, `disk_watermark = 1.0`, 8 MiB segments and
 four writers of 200 KiB messages, the disk fills: sends are refused with

@@ -2,7 +2,7 @@
 real broker: normal, FIFO and delay sends from a Producer declaring five topics at construction,
 transactions committed, rolled back and decided by check-back, SimpleConsumer with a tag filter
 and changeInvisibleDuration, PushConsumer with failures retried on a normal and a FIFO topic, and
-no message flagged corrupted (issue 16).
+no message flagged corrupted.
 
 Method: the session's ``node_client`` fixture (tests/tools.py) installs the client with npm once
 into a cache directory kept between runs; without node, npm or the package the test skips with

@@ -242,7 +242,7 @@ def test_telemetry_echoes_settings_and_survives_a_stream_rebuild(
 
 def test_first_settings_reply_is_repeated(broker: BrokerProcess, stub: Any) -> None:
     """The Node.js client with several topics starts waiting for the Settings reply only after
-    fetching every route and drops a prompt reply (issue 16); a stream's first reply comes again
+    fetching every route and drops a prompt reply; a stream's first reply comes again
     at each of limits.SETTINGS_REPEAT_DELAYS_MS, later Settings are answered once."""
     stream = TelemetryStream(stub, "repeat")
     first = stream.settings(("t-repeat",))

@@ -1,4 +1,4 @@
-"""Memory per ReceiveMessage stream is bounded (issue 14, defect 4).
+"""Memory per ReceiveMessage stream is bounded.
 
 Goal: clients that open receive streams and never read them cost the broker a bounded amount of
 memory, and the broker keeps serving others meanwhile: 12 never-read streams, each asking for a

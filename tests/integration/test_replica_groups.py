@@ -1,4 +1,4 @@
-"""Two groups of two replicas in one cluster (issue 19): real processes, a real etcd, the
+"""Two groups of two replicas in one cluster: real processes, a real etcd, the
 official Python client.
 
 Goal: the route any replica answers lists both groups' queues at every replica of each group

@@ -1,4 +1,4 @@
-"""Replica groups with real processes, a real etcd and the official client (issue 19).
+"""Replica groups with real processes, a real etcd and the official client.
 
 Two replicas of one group (``txmq broker --etcd E --replica-group g``) with SYNC replication
 (``--min-insync-replicas 2``): one leads, the other copies its log. Producers send and decide

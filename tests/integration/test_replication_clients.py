@@ -1,7 +1,7 @@
 """Failover under load with the official client (slow): producers sending and deciding
 transactions and a consumer acking, all given both replicas' endpoints, while the leader is
 killed with SIGKILL and its data directory deleted. Every committed-and-acknowledged message is
-delivered; no rolled-back one ever is (issue 19)."""
+delivered; no rolled-back one ever is."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Clients fail over fast (issue 19, ADR 0006): routes carry every replica's address and a
+"""Clients fail over fast (ADR 0006): routes carry every replica's address and a
 follower forwards data calls to its leader, so the official client given every replica needs no
 new route after the leader is killed.
 

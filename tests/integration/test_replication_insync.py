@@ -1,4 +1,4 @@
-"""The in-sync set lives in etcd (ADR 0005, issue 19): three replicas, min_insync_replicas 2.
+"""The in-sync set lives in etcd (ADR 0005): three replicas, min_insync_replicas 2.
 
 A follower is paused (SIGSTOP) while writes go on: acks continue once the leader has stored the
 smaller set in etcd. The leader is then killed (SIGKILL) and the paused follower resumed: it

@@ -1,4 +1,4 @@
-"""A leader keeps its lease while its process is alive, however busy the machine (issue 19).
+"""A leader keeps its lease while its process is alive, however busy the machine.
 
 Real processes, a real etcd, the official Python client and raw SendMessage batches. A SYNC 2
 group takes transactions and 1 MiB batches while CPU burners (bounded processes, ``while True:

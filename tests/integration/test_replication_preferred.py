@@ -1,4 +1,4 @@
-"""The preferred replica leads again once it is back and in sync (issue 19, ADR 0005): real
+"""The preferred replica leads again once it is back and in sync (ADR 0005): real
 processes, a real etcd, the official Python client.
 
 Goal: after a failover, a group's leader is whichever replica won; the Python client dials a

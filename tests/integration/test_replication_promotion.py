@@ -1,4 +1,4 @@
-"""A follower's promotion when its leader dies under load (issue 19, ADR 0005). Two ways a
+"""A follower's promotion when its leader dies under load (ADR 0005). Two ways a
 group was left without a leader, both found chasing CI's Spark failover flake ("the follower
 did not lead within 10 s"); real broker processes, a real etcd.
 

@@ -1,4 +1,4 @@
-"""A divergent tail is cut by leader epoch, with real processes and a real etcd (issue 19).
+"""A divergent tail is cut by leader epoch, with real processes and a real etcd.
 
 Two SYNC replicas (``--min-insync-replicas 2``). The leader takes acknowledged writes (both
 replicas hold them), then the follower is paused (SIGSTOP) and the leader stores a tail nobody

@@ -1,5 +1,5 @@
 """Readers see only what the in-sync replicas have, also right after a promotion or a restart
-(ADR 0005, "readers see only what the in-sync replicas have", issue 19).
+(ADR 0005, "readers see only what the in-sync replicas have").
 
 A replica that opens as a SYNC leader (promoted, or restarted) holds back the tail of its log
 past the end it knows was acknowledged, until its in-sync followers have it: had it shown that

@@ -1,4 +1,4 @@
-"""Mutual TLS between cluster members and replicas (issues 18/19 with issue 15): brokers started
+"""Mutual TLS between cluster members and replicas: brokers started
 with ``--tls-client-ca`` (and an ACL file) present their own certificate to each other, so a
 secured cluster or replica group can require client certificates. Real processes, a real etcd;
 on the cluster and on the replica group (``txmq cluster up --replicas 2``), the official Python

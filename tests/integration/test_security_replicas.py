@@ -1,4 +1,4 @@
-"""A secured replica group (issue 19 with issue 15): two replicas with an ACL file and TLS, a
+"""A secured replica group: two replicas with an ACL file and TLS, a
 real etcd, SYNC replication. The follower serves TLS and checks credentials like the leader,
 and fetches the leader's log over TLS signed as ``cluster_access_key``; with
 ``--min-insync-replicas 2`` a send succeeds only once the follower has it, so the official

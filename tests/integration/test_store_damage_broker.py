@@ -1,4 +1,4 @@
-"""A damaged commit-log record in a running broker (issue 14, defect 2), end to end.
+"""A damaged commit-log record in a running broker, end to end.
 
 Goal: a byte flipped in a cleanly closed segment, below the checkpoint, does not stall its queue:
 a consumer gets every other message, and the damage is reported loudly: the broker's log, the

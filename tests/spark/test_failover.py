@@ -1,4 +1,4 @@
-"""The Spark connector's reader and writer across a replica group failover (issue 19), without a
+"""The Spark connector's reader and writer across a replica group failover, without a
 Spark JVM: the connector's own functions (``TxmqBatchWriter.write``/``commit``, ``Source`` and
 ``read_partition``) run here as Spark would run them in a task and on the driver.
 
@@ -126,8 +126,9 @@ def test_sink_and_reader_follow_a_failover_mid_batch(group: list[BrokerProcess])
 
     # The reader: planned now, the leader dies after the partition's first Arrow batch.
     source = Source.open({"endpoints": both, "topic": TOPIC}, None)
-    [(lo, hi)] = source.ranges()
-    [part] = source.partitions({0: lo}, {0: hi})
+    source, ranges = source.ranges()
+    [(number, (lo, hi))] = ranges.items()
+    [part] = source.partitions({number: lo}, {number: hi})
     assert replicas_of(part.endpoints)[0] == second.endpoints  # planned at the leader
     batches = read_partition(part)
     got = [next(batches)]
@@ -377,9 +378,9 @@ def test_two_groups_sink_and_reader_reach_each_groups_next_leader(groups: Groups
     restarted[0].join(FAILOVER_S + 60)
 
     source = Source.open({"endpoints": groups.endpoints, "topic": TOPIC}, None)
-    ranges = source.ranges()
+    source, ranges = source.ranges()
     parts = source.partitions(
-        {q: lo for q, (lo, _) in enumerate(ranges)}, {q: hi for q, (_, hi) in enumerate(ranges)}
+        {q: lo for q, (lo, _) in ranges.items()}, {q: hi for q, (_, hi) in ranges.items()}
     )
     # The away group's leader when the read was planned: on a loaded machine a lease may lapse
     # and move the leadership before (seen at load 13), so not necessarily leaders[away].

@@ -1,5 +1,5 @@
 """The Spark sink's driver commit rides out a replica group that cannot confirm its writes for a
-while (issue 19), without a Spark JVM: ``TxmqBatchWriter.write``/``commit`` run here as Spark
+while, without a Spark JVM: ``TxmqBatchWriter.write``/``commit`` run here as Spark
 would run them in a task and on the driver.
 
 Method: two replicas (SYNC, ``--min-insync-replicas 2``) and a real etcd. The task's bundles are
@@ -76,7 +76,8 @@ def test_a_commit_answered_replication_timeout_is_asked_again_until_acknowledged
     assert status(leader.endpoints).get("role") == "leader"
 
     source = Source.open({"endpoints": both, "topic": TOPIC}, None)
-    [(lo, hi)] = source.ranges()
-    [part] = source.partitions({0: lo}, {0: hi})
+    source, ranges = source.ranges()
+    [(number, (lo, hi))] = ranges.items()
+    [part] = source.partitions({number: lo}, {number: hi})
     bodies = [bytes(b) for rb in read_partition(part) for b in rb.column("body").to_pylist()]
     assert sorted(bodies) == [f"row-{i:05d}".encode() for i in range(ROWS)]

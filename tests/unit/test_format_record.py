@@ -250,7 +250,7 @@ def test_split_verified_refuses_sizes_that_do_not_add_up() -> None:
 
 def test_a_whole_record_is_the_documented_layout_byte_for_byte() -> None:
     """Every byte of one record, assembled here from docs/formats.md's layout with plain
-    struct calls, so a faster encoder (issue 17) cannot drift from the format."""
+    struct calls, so a faster encoder cannot drift from the format."""
     props = MappingProxyType({"k": "v\u00e9", "TRAN_MSG": "true"})  # not a dict: copied
     d = RecordDraft(
         topic="orders",

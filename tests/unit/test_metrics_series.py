@@ -1,6 +1,6 @@
 """The broker's metrics page is what prometheus_client's Counter, Gauge and Histogram exposed:
 the same events counted by ``Metrics`` and by those classes (the broker's definitions before
-issue 17 counted in plain numbers) give the same text, line for line, but the ``_created``
+counted in plain numbers) give the same text, line for line, but the ``_created``
 timestamps, and every count stays exact under threads."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A send's wire mapping (``outgoing_from_wire``, ``draft_from_wire``, ``end_request_from_wire``)
-reads each protobuf field once (issue 17, fourteenth pass); it must map every message exactly as
+reads each protobuf field once; it must map every message exactly as
 the plain reading below does, field by field through protobuf's own API (``HasField`` for every
 field with presence, every read repeated where the code needs it): the same model.Outgoing, or the
 same error type and message, for generated SendMessage entries and EndTransaction requests,

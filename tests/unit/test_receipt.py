@@ -64,7 +64,7 @@ def test_other_secret_forgery_and_garbage_are_refused(seed: int) -> None:
 @given(st.binary(max_size=120))
 def test_handle_text_is_unpadded_urlsafe_base64(blob: bytes) -> None:
     """The handle's text is what base64.urlsafe_b64encode gives, padding stripped, whatever
-    shortcut encodes it (issue 17)."""
+    shortcut encodes it."""
     assert receipt._b64(blob) == base64.urlsafe_b64encode(blob).decode().rstrip("=")
 
 

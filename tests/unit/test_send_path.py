@@ -1,4 +1,4 @@
-"""The send path on model values (issue 13 finding 4): no protobuf below the edge.
+"""The send path on model values: no protobuf below the edge.
 
 Goal: ``SendPath`` stores normal, FIFO and transactional messages and decides transactions from
 ``Outgoing``/``EndRequest`` values alone, and an error mapped at the edge keeps its place in the

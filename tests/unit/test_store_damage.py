@@ -1,4 +1,4 @@
-"""Bit rot and damaged derived data while the store runs (issue 14, defects 2 and 3).
+"""Bit rot and damaged derived data while the store runs.
 
 Goal: a damaged commit-log record below the checkpoint is reported (health, log line) and
 skipped, and the rest of its queue keeps flowing; a zeroed or altered consume-queue entry never
@@ -173,7 +173,7 @@ def test_a_pass_ends_at_the_end_it_started_from_while_writes_go_on(
     tmp_path: Path, clock: Clock
 ) -> None:
     """A broker that keeps writing must not re-verify each new record a step after its write
-    (issue 17: that was a per-message cost, and the rest never came): appends made during a
+    (that was a per-message cost, and the rest never came): appends made during a
     pass wait for the next one."""
     fill(tmp_path, clock)
     s = Store.open(tmp_path, SMALL, now_ms=clock)

@@ -1,4 +1,4 @@
-"""Full-disk fault tests of the store (issue 14, defect 1; ADR 0003).
+"""Full-disk fault tests of the store.
 
 Goal: a full disk refuses writes with DiskFullError and never leaves a state that recovery reads
 differently from what was acknowledged: no record lands inside the span an end-of-segment blank
@@ -257,7 +257,7 @@ def queue_ids(store: Store, bound: int) -> list[str]:
 
 
 def test_a_full_disk_with_the_reserve_spent_refuses_and_never_fences(clock: Clock) -> None:
-    """Issue 14, gap 1: derived data (consume queue, index) is reserved before the log write
+    """derived data (consume queue, index) is reserved before the log write
     that causes it, so a disk that stays full after the reserve is spent refuses the append;
     no derived write meets ENOSPC and fences the store."""
     disk = SimDisk(capacity=64 * limits.MiB)
@@ -284,7 +284,7 @@ def test_a_full_disk_with_the_reserve_spent_refuses_and_never_fences(clock: Cloc
 
 
 def test_watermark_counts_the_derived_bytes_of_an_append(clock: Clock) -> None:
-    """Issue 14, gap 2: records whose index entries outweigh them (32 keys, a 1-byte body)
+    """records whose index entries outweigh them (32 keys, a 1-byte body)
     never take usage past the watermark, not even by one record's derived bytes."""
     capacity = 40 * limits.MiB
     disk = SimDisk(capacity=capacity)

@@ -123,7 +123,7 @@ class _SyncThreads(SimDisk):
 
 def test_an_inline_sync_follower_syncs_a_shipment_in_its_own_thread(tmp_path: Path) -> None:
     """A follower's store (``inline_sync``) makes a shipment durable in the appending thread:
-    no hop to the flusher and back on the path of every SYNC acknowledgement (issue 19); a
+    no hop to the flusher and back on the path of every SYNC acknowledgement; a
     broker's store hands it to the flusher."""
     clock = Clock()
     leader = Store.open(tmp_path / "leader", SMALL, now_ms=clock)

@@ -4,7 +4,7 @@ Goal: the house rules that no compiler checks fail the build when a change break
 of eroding one review at a time. Each rule is a function from files to violations, so the same
 function is run on the project and, to show it can fail, on synthetic bad files.
 
-Rules (see /work/shared/STYLE.md and docs/ARCHITECTURE.md):
+Rules (see docs/ARCHITECTURE.md):
 - a module has at most MODULE_LINES_MAX code lines, a function at most FUNCTION_LINES_MAX: code
   lines, so blank lines, comments and docstrings never count (explaining is never the price of
   passing; a module near the cap is split by concern);

@@ -1,4 +1,4 @@
-"""A commit's properties block cut from its half's (issue 17) is byte for byte what the encoder
+"""A commit's properties block cut from its half's is byte for byte what the encoder
 writes for the commit's properties.
 
 Goal: the commit record on disk is identical to the one the full encoder would write, for any

@@ -1,5 +1,5 @@
 """Transaction ids from the pooled source (txn/ids.py): the uuid4-hex shape, never repeated,
-and one getrandom call per pool rather than per id (the GIL hand-off issue 17 removes)."""
+and one getrandom call per pool rather than per id (a GIL hand-off per call)."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ async function push(producer) {
 }
 
 async function main() {
-  // Several topics declared at construction: the startup that used to hang (issue 16, defect 2).
+  // Several topics declared at construction: the startup that used to hang.
   const producer = new Producer(options({ topic: [T.normal, T.fifo, T.delay, T.push, T.pushFifo] }));
   const startupMs = await started(producer, 'Producer with five topics');
   const sent = await produce(producer);

@@ -3,8 +3,8 @@
 Owns: ``wake`` (resolve a waiter unless it is done) and ``wait`` (await a waiter until it is
 woken or a timeout passes). A bare future and one ``call_later`` timer: what
 ``asyncio.wait_for`` does with a wrapper future, callbacks and a handle each time, which the
-per-message paths (long polls, SYNC acks, a follower's fetch) paid for on every wait (issues 17
-and 19). Must not: decide what a wake means (the caller looks again after every return).
+per-message paths (long polls, SYNC acks, a follower's fetch) paid for on every wait.
+Must not: decide what a wake means (the caller looks again after every return).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ consume queue; PREPARED and ROLLBACK records are indexed but never queued. Must 
 commit log, decide durability (the flusher publishes only durable records in SYNC mode) or
 take the writer lock (lock order is writer lock, then this one).
 
-Derived writes (issue 17): ``publish`` puts entries in memory, where readers see them at once,
+Derived writes: ``publish`` puts entries in memory, where readers see them at once,
 and writes a queue's or the index's buffer to its file only once it holds DERIVED_WRITE_BYTES,
 so most publishes make no syscall, and hold ``lock`` across none. The rule that keeps recovery
 exact: **a derived file may lag its entries in memory, but never what a checkpoint records**.
@@ -40,7 +40,7 @@ from txmq.store.files.disk import Disk, FileHandle
 CqEntry = tuple[int, int, int]  # (physical offset, size, tag hash)
 # A queue's or the index's buffered entries are written to its file once they are this many
 # bytes (~200 queue entries, 256 index entries): one pwrite per that many instead of one per
-# group commit, and most publishes make no syscall under ``lock`` (issue 17).
+# group commit, and most publishes make no syscall under ``lock``.
 DERIVED_WRITE_BYTES: Final = 4 * limits.KiB
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from txmq.store.files import space
 from txmq.store.files.disk import Disk, FileHandle
 
 ENTRY = struct.Struct(">QQ")
-# Bound once: compiled code calls a Final bound function without looking it up (issue 17).
+# Bound once: compiled code calls a Final bound function without looking it up.
 _PACK_ENTRY: Final = ENTRY.pack
 _CRC32C: Final = crc32c.crc32c
 _CRC32: Final = zlib.crc32

@@ -2,7 +2,7 @@
 
 Owns: ``Recent``, a bounded map from physical offset to the bytes a record was written as and
 the draft it came from. Why: a consumer reads a committed message a few milliseconds after it
-was written (issue 17), and decoding the record (every field, the properties' JSON included) to
+was written, and decoding the record (every field, the properties' JSON included) to
 build a ``Record`` cost ~50k instructions of ~0.99 M per transaction, more than any other step
 of the read. How: the writer adds each queue record it placed (``add``, under the writer lock);
 a reader that finds one (``get``) still reads the record's bytes from the log and compares them

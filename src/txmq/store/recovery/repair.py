@@ -151,7 +151,7 @@ class Scrubber:
         A pass is whole once a step reaches the visible end it started from, even if records
         were appended meanwhile: they are left to the next pass. Why: on a broker that keeps
         writing, chasing the end would re-read and re-verify every record about a second after
-        its write (which checked it already), a cost per message forever (issue 17), and the
+        its write (which checked it already), a cost per message forever, and the
         rest would never come."""
         self.index_rebuilt = False
         end = self.dispatcher.end

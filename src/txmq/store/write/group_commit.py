@@ -101,7 +101,7 @@ class Group:
 class Pending:
     """A write ``Store.append_many_nowait`` made: durable once ``group`` is done (None: at once,
     in ASYNC mode or for an empty batch). Its own ``__init__``: a native class when compiled,
-    built without a Python frame (txmq.model's docstring; issue 17)."""
+    built without a Python frame (txmq.model's docstring)."""
 
     results: Final[list[AppendResult]]
     end: Final[int]
@@ -131,7 +131,7 @@ class GroupCommit:
         # ``lock``.
         self._running = threading.Lock()
         # SYNC writes wait for a ``sync_here`` instead of waking the flusher (a follower, which
-        # writes one shipment at a time and waits for it: no thread hop per round, issue 19);
+        # writes one shipment at a time and waits for it: no thread hop per round);
         # the flusher still runs ``flush`` and ``stop``.
         self.inline = inline
         # Writers wake only the flusher (``_wake_flusher``). SYNC writers wait, without the
@@ -139,7 +139,7 @@ class GroupCommit:
         # once that group is durable, so waking them costs no trip through the writer lock.
         # ``_durable`` wakes ``flush()`` callers (``_flush_waiters`` of them).
         # Why no Condition for the flusher's sleep: a Condition's wait and notify run ~10
-        # Python calls per group commit (issue 17); the flusher sleeps on a lock of its own
+        # Python calls per group commit; the flusher sleeps on a lock of its own
         # instead (``_sleep``), released by whoever wakes it.
         self._wake = threading.Lock()
         self._wake.acquire()  # held except to wake the sleeping flusher
