@@ -313,6 +313,8 @@ ACCESS_KEY_LENGTH_MAX: Final = 128
 # offline from one captured header.
 SECRET_KEY_LENGTH_MIN: Final = 16
 SECRET_KEY_LENGTH_MAX: Final = 256
+# How far time zones are from UTC: UTC+14 the farthest (UTC-12 on the other side).
+TIME_ZONE_OFFSET_MS_MAX: Final = 14 * 3600 * 1000
 # How far a signed x-mq-date-time may be from the broker's clock (UTC), either side, by default
 # (``auth_date_skew_s``). The signature covers the date only (not the request), so this bounds
 # how long a captured header stays usable: the window is twice this wide.

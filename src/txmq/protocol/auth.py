@@ -46,9 +46,7 @@ HEADER_AUTHORIZATION: Final = "authorization"
 HEADER_DATE: Final = "x-mq-date-time"
 DATE_FORMAT: Final = "%Y%m%dT%H%M%SZ"
 SIGNATURE_HEX_LENGTH: Final = 40  # SHA-1 is 20 bytes
-# How far time zones are from UTC: UTC+14 the farthest (UTC-12 on the other side), an hour the
-# nearest but UTC itself.
-ZONE_OFFSET_MS_MAX: Final = 14 * 3600 * 1000
+# The nearest a time zone is to UTC but UTC itself (the farthest: limits.TIME_ZONE_OFFSET_MS_MAX).
 ZONE_OFFSET_MS_MIN_NONZERO: Final = 3600 * 1000
 
 # What an access key may contain: the official clients accept any string, but one that can hold
@@ -148,7 +146,8 @@ def check_date(date_ms: int, now_ms: int, skew_ms: int) -> None:
     if -skew_ms <= offset_ms <= skew_ms:
         return
     hint = ""
-    if ZONE_OFFSET_MS_MIN_NONZERO - skew_ms <= abs(offset_ms) <= ZONE_OFFSET_MS_MAX + skew_ms:
+    zone_ms_max = limits.TIME_ZONE_OFFSET_MS_MAX
+    if ZONE_OFFSET_MS_MIN_NONZERO - skew_ms <= abs(offset_ms) <= zone_ms_max + skew_ms:
         # About a time zone's offset: most likely a client that signs its local time as UTC.
         hint = (
             "; a client that sends local time as UTC (rocketmq-python-client 5.1.2 does) must "
