@@ -1,3 +1,4 @@
 """The PySpark connector: the ``txmq`` data source (source.py, sink.py), its gRPC client
-(client.py), option parsing (options.py), Arrow conversion (arrow.py), a local session helper
-(session.py) and the example pipelines (pipeline.py). No logic here."""
+(client.py), the cluster's members and replicas (members.py, addresses.py), option parsing
+(options.py), Arrow conversion (arrow.py, columnar.py), and the session helpers that check what
+Spark needs from the machine (session.py). No logic here."""

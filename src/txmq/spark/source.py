@@ -388,7 +388,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class TxmqDataSource(DataSource):
-    """``spark.read/readStream/write/writeStream.format("txmq")``. Options: see README."""
+    """``spark.read/readStream/write/writeStream.format("txmq")``. Options: docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:
