@@ -55,8 +55,10 @@ _OPTIONS = [
         help="Which value of a message is the key: key (its first key), property:NAME, "
         "json:FIELD (of a JSON body; a.b walks into objects).",
     ),
-    click.option("--since", default="", help="Window start: 2026-12-01, ISO time, 2h ago."),
-    click.option("--until", default="", help="Window end (exclusive), same forms; now."),
+    click.option(
+        "--since", default="", help="Window start: 2026-12-01, an ISO time, or 2h (2 hours ago)."
+    ),
+    click.option("--until", default="", help="Window end (exclusive), same forms, or now."),
     click.option(
         "--grace",
         default="10m",
