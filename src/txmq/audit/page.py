@@ -61,9 +61,9 @@ def chart(buckets: list[Bucket], width_minutes: int) -> str:
     parts += [
         f'<text x="{PAD_LEFT - 6}" y="{PAD_TOP + 10}" text-anchor="end">{top}</text>',
         f'<text x="{PAD_LEFT - 6}" y="{PAD_TOP + plot_h}" text-anchor="end">0</text>',
-        f'<text x="{PAD_LEFT}" y="{HEIGHT - 12}">{escape(first[:16])}</text>',
+        f'<text x="{PAD_LEFT}" y="{HEIGHT - 12}">{escape(first[:16])} UTC</text>',
         f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 12}" text-anchor="end">'
-        f"{escape(last[:16])}</text>",
+        f"{escape(last[:16])} UTC</text>",
         "</svg>",
     ]
     return "\n".join(parts)
@@ -117,7 +117,7 @@ def page(result: AuditResult, parquet: dict[str, str]) -> str:
 
 def _table(columns: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    lines = [f"<table><tr>{head}</tr>"]
+    lines = [f"<table><tr>{head}</tr>" if any(columns) else "<table>"]
     for row in rows:
         cells = "".join(
             f'<td class="n">{v}</td>'
