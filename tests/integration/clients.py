@@ -88,6 +88,17 @@ def check_loop_witness(
         p.shutdown()
 
 
+def group_settled(endpoints: str, group: str, topic: str) -> bool:
+    """Whether ``group`` holds nothing unread and nothing in flight on ``topic`` (GroupList):
+    from then on the broker has nothing of it to deliver to that group, so a test that must
+    see "no further delivery" waits for this instead of sleeping."""
+    from txmq.client.admin import call
+
+    rows = [g for g in call(endpoints, "GroupList", {})["groups"] if g["group"] == group]
+    queues = [q for g in rows for q in g["queues"] if q["topic"] == topic]
+    return bool(queues) and all(q["lag"] == 0 and q["inflight"] == 0 for q in queues)
+
+
 def consumer(
     endpoints: str, group: str, topic: str, expr: str = "*", *, sql: bool = False
 ) -> SimpleConsumer:

@@ -12,10 +12,9 @@ import pytest
 from rocketmq import ConsumeResult, FilterExpression, Message, MessageListener, PushConsumer
 from rocketmq.v5.exception import BadRequestException
 
-from tests.integration.clients import config, consumer, drain, message, producer
+from tests.integration.clients import config, consumer, drain, group_settled, message, producer
 from tests.integration.conftest import BrokerProcess, wait_until
 from txmq.broker.consume.positions import FILE_NAME, OffsetFile
-from txmq.client.admin import call
 
 CODE_INVALID_RECEIPT_HANDLE = 40013
 
@@ -110,19 +109,13 @@ def test_push_consumer_failures_reach_the_dlq(broker: BrokerProcess, fifo: bool)
         dead = _dlq_bodies(broker.endpoints, group, 1)
         # No fourth attempt: once the group holds nothing unread and nothing in flight on the
         # topic, the broker has nothing left to deliver, so the three attempts are all.
-        wait_until(lambda: _settled(broker.endpoints, group, topic), 30, "the topic settled")
+        wait_until(lambda: group_settled(broker.endpoints, group, topic), 30, "nothing left")
     finally:
         pc.shutdown()
     assert [body for body, _ in listener.attempts] == [b"poison"] * 3
     if not fifo:
         assert [a for _, a in listener.attempts] == [1, 2, 3]
     assert [m.body for m in dead] == [b"poison"]
-
-
-def _settled(endpoints: str, group: str, topic: str) -> bool:
-    rows = [g for g in call(endpoints, "GroupList", {})["groups"] if g["group"] == group]
-    queues = [q for g in rows for q in g["queues"] if q["topic"] == topic]
-    return bool(queues) and all(q["lag"] == 0 and q["inflight"] == 0 for q in queues)
 
 
 def _saved_consumed(broker: BrokerProcess, group: str) -> int:
