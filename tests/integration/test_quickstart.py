@@ -32,14 +32,14 @@ def quick_start_commands(readme: str) -> list[str]:
 
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize(
-    "spark",
+    "with_spark",
     [
         pytest.param(False, id="no-spark"),
         # ~60-110 s (a Spark driver JVM): the connector itself is tested by tests/spark.
         pytest.param(True, id="spark", marks=pytest.mark.slow),
     ],
 )
-def test_demo_from_a_fresh_clone(tmp_path: Path, spark: bool) -> None:
+def test_demo_from_a_fresh_clone(tmp_path: Path, with_spark: bool) -> None:
     clone = tmp_path / "txmq"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
     readme = (clone / "README.md").read_text()
@@ -49,7 +49,7 @@ def test_demo_from_a_fresh_clone(tmp_path: Path, spark: bool) -> None:
 
     env = dict(os.environ, PYTHONPATH=str(clone / "src"), COLUMNS="200")
     args = [sys.executable, "-m", "txmq.cli", "demo", "--orders", "40", "--seed", "3"]
-    if not spark:
+    if not with_spark:
         args.append("--no-spark")
     elif shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("the demo's Spark step needs Java 17 (java on PATH or JAVA_HOME)")
