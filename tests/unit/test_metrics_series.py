@@ -29,7 +29,7 @@ def _reference() -> tuple[CollectorRegistry, dict[str, object]]:
         "checks": Counter("txmq_transaction_checks", "Check-back commands sent", registry=r),
         "refusals": Counter(
             "txmq_calls_refused",
-            "Calls refused by the ACL (status: unauthorized, forbidden)",
+            "Calls refused by the ACL (status: unauthorized, forbidden, too_many_requests)",
             ["status"],
             registry=r,
         ),
