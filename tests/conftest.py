@@ -100,10 +100,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.longrepr = f"{REQUIRE_TOOLS}=1, so this skip fails: {reason}"
 
 
-# `make test` runs -n 2 --dist loadfile: each test module stays on one worker (its module-scoped
+# `make test` runs -n 3 --dist loadfile: each test module stays on one worker (its module-scoped
 # brokers and clusters are built once), and the modules that use the session-wide Spark session
 # share one, so the run starts one Spark session (a JVM, ~15-25 s on 2 cores), not one per
-# worker. A module missing here still passes, in a second session on the other worker.
+# worker. A module missing here still passes, in a second session on another worker.
 SPARK_SESSION_MODULES = frozenset(
     f"tests/spark/test_{name}.py"
     for name in (
