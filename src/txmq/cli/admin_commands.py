@@ -8,8 +8,8 @@ Must not: talk the RocketMQ protocol (commands.py does, with the official client
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -21,8 +21,9 @@ from txmq.client.admin import call, call_pages, cluster_call, is_throwaway_group
 from txmq.client.security import F, security_options
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
-# The defaults the broker runs with, for the options that name a broker or size a topic.
-_BROKER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BrokerConfig)}
+# The defaults the broker runs with, for the options that name a broker or size a topic (as
+# broker/node/command.py reads its own defaults).
+_BROKER_DEFAULTS = BrokerConfig(data_dir=Path("data"))
 
 def _semicolons(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``HOST:P1;HOST:P2`` as the official clients write several addresses; commas are taken
@@ -33,7 +34,7 @@ def _semicolons(ctx: click.Context, param: click.Parameter, value: str) -> str:
 _endpoints = click.option(
     "--endpoints",
     envvar="TXMQ_ENDPOINTS",
-    default=f"{_BROKER_DEFAULTS['host']}:{_BROKER_DEFAULTS['port']}",
+    default=f"{_BROKER_DEFAULTS.host}:{_BROKER_DEFAULTS.port}",
     show_default=True,
     callback=_semicolons,
     help="Broker address HOST:PORT, or several: HOST:P1;HOST:P2 (or HOST:P1,HOST:P2; env"
@@ -95,7 +96,7 @@ def topic() -> None:
 @click.argument("name")
 @click.option(
     "--queues",
-    default=_BROKER_DEFAULTS["default_queue_count"],
+    default=_BROKER_DEFAULTS.default_queue_count,
     show_default=True,
     type=click.IntRange(1, limits.QUEUES_PER_TOPIC_MAX),
 )
