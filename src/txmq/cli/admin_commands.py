@@ -25,6 +25,7 @@ from txmq.errors import BadRequestError, NotFoundError, TxmqError
 # broker/node/command.py reads its own defaults).
 _BROKER_DEFAULTS = BrokerConfig(data_dir=Path("data"))
 
+
 def _semicolons(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``HOST:P1;HOST:P2`` as the official clients write several addresses; commas are taken
     for semicolons, so both forms work wherever a command takes ``--endpoints``."""
