@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
@@ -72,12 +71,17 @@ def test_a_member_restarted_empty_never_leads_before_it_caught_up(group, etcd_en
         etcd = Etcd(etcd_endpoint)
         lapse_s = (limits.REPLICA_LEASE_TTL_MS + 5_000) / 1000
         wait_until(lambda: etcd.get(leader_key("txmq", "g")) is None, lapse_s, "lease lapsed")
-        # No leader now; for a few observe periods the emptied member must not campaign.
-        until = time.monotonic() + 4 * limits.REPLICA_OBSERVE_PERIOD_MS / 1000
-        while time.monotonic() < until:
+        # No leader now: the emptied member observes that four times and abstains each time.
+        first = int(status(follower.endpoints)["abstained"])  # type: ignore[call-overload]
+
+        def abstained_four_more() -> bool:
             assert etcd.get(leader_key("txmq", "g")) is None, "someone leads: the emptied member"
             assert status(follower.endpoints).get("role") == "follower"
-            time.sleep(0.1)  # sleep: polling etcd and a role; no event marks "nothing happened"
+            return int(status(follower.endpoints)["abstained"]) >= first + 4  # type: ignore[call-overload]
+
+        observe_s = limits.REPLICA_OBSERVE_PERIOD_MS / 1000
+        wait_until(abstained_four_more, 20 + 8 * observe_s, "four observations abstained")
+        assert etcd.get(leader_key("txmq", "g")) is None, "someone leads: the emptied member"
         assert "may lead only once it caught up" in follower.log_tail(400)
     finally:
         leader.proc.send_signal(signal.SIGKILL)

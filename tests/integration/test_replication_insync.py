@@ -84,7 +84,7 @@ def test_a_follower_dropped_from_the_stored_set_never_leads(group, etcd_endpoint
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and status(other.endpoints).get("role") != "leader":
         assert status(paused.endpoints).get("role") != "leader", "the paused follower leads"
-        time.sleep(0.1)  # sleep: polling two replicas' roles; no event to wait on
+        time.sleep(0.1)  # sleep: poll interval of this bounded wait (each pass checks both roles)
     assert status(other.endpoints).get("role") == "leader", status(other.endpoints)
     assert status(paused.endpoints).get("role") != "leader"
 

@@ -134,15 +134,19 @@ async def test_a_cancelled_long_poll_leaves_the_others_waiting(rpcs: ConsumeRpcs
             break
         await asyncio.sleep(0.005)  # sleep: poll interval of this bounded wait
     polls.append(asyncio.create_task(_receive(rpcs, _receive_request("t", poll_ms=10_000))))
-    await asyncio.sleep(0.05)  # sleep: lets the second one park too (it is parked or not: both end)
+    for _ in range(1000):  # until the second long poll is parked beside the first
+        if rpcs.waiting("t") == 2:
+            break
+        await asyncio.sleep(0.005)  # sleep: poll interval of this bounded wait
+    assert rpcs.waiting("t") == 2
     polls[0].cancel()
     await asyncio.gather(polls[0], return_exceptions=True)
-    assert rpcs.waiting("t") and not polls[1].done()
+    assert rpcs.waiting("t") == 1 and not polls[1].done()
     _append(rpcs, "t", b"late")
     rpcs.notify_appended("t", 0)
     items = await asyncio.wait_for(polls[1], timeout=5)
     assert [i.message.body for i in items[2:]] == [b"late"]
-    assert not rpcs.waiting("t")
+    assert rpcs.waiting("t") == 0
 
 
 async def test_forward_to_dlq_then_read_the_dlq(rpcs: ConsumeRpcs, clock: Clock) -> None:

@@ -80,9 +80,9 @@ class ConsumeCalls:
             for waiter in waiters:
                 wake(waiter)
 
-    def waiting(self, topic: str) -> bool:
-        """Whether a long poll waits for an append to ``topic`` now (tests wait on it)."""
-        return bool(self._wakeups.get(topic))
+    def waiting(self, topic: str) -> int:
+        """How many long polls wait for an append to ``topic`` now (tests wait on it)."""
+        return len(self._wakeups.get(topic, ()))
 
     async def wait_for(self, topic: str, timeout_s: float) -> None:
         """Until an append to ``topic`` or ``timeout_s``. A bare future and a timer (waiters.py);

@@ -136,6 +136,9 @@ class Leadership:
         self.local: LocalLog | None = None
         self._checked = False  # a store of this process passed that check (or was renewed)
         self.renewed: str | None = None  # why this process renewed its incarnation, if it did
+        # Observations that found no leader while this replica might not campaign (not in
+        # sync, not stored under its incarnation, or deferring to the preferred replica).
+        self.abstained = 0
         # The preferred-replica rule (preferred.py): none until replica_node names the group's.
         self.handback = HandBack(me, None)
 
@@ -195,6 +198,8 @@ class Leadership:
                     e.confirmed = decode_confirmed(stored)
                     e.insync_rev = stored.mod_revision if stored is not None else 0
                     e.observed(self.clock(), decode_leader(kvs.get(self.key)))
+                    if e.leader is None and not (eligible and not deferred and e.named()):
+                        self.abstained += 1
                 self._warn_reborn()
         except CoordinationError as exc:
             self.errors += 1

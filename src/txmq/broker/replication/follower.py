@@ -354,6 +354,7 @@ class Follower:
             "truncations": self.truncations,
             "epochs": [list(p) for p in self.epochs.history],
             "renewed": self.leadership.renewed,
+            "abstained": self.leadership.abstained,
             "fetching_on": self.link.transport,
             **self.more_status(),
         }
