@@ -74,6 +74,12 @@ def postgres_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def java_runtime() -> Path:
+    """The ``java`` a Spark session runs (Java 17+)."""
+    return tools.install_java()
+
+
+@pytest.fixture(scope="session")
 def jdbc_jars() -> dict[str, Path]:
     """Database name ("postgresql", "sqlite") -> its JDBC driver jar."""
     return tools.install_jdbc_jars()

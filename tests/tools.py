@@ -7,7 +7,9 @@ fixture in tests/conftest.py, never left behind by another test for later ones t
   ``playwright install`` downloads);
 - ``etcd_binary``: Debian's ``etcd-server``;
 - ``postgres_bin``: Debian's ``postgresql`` (its ``initdb`` and ``pg_ctl``);
-- ``jdbc_jars``: Debian's JDBC drivers for PostgreSQL and SQLite (``txmq audit``'s Spark).
+- ``jdbc_jars``: Debian's JDBC drivers for PostgreSQL and SQLite (``txmq audit``'s Spark);
+- ``java_runtime``: a Java 17+ for Spark (JAVA_HOME's or PATH's, else Debian's
+  ``openjdk-17-jre-headless``).
 
 Debian packages are installed with apt-get when missing and the tests run as root, one apt-get
 at a time among test processes (tests/apt.py). A tool that cannot be had skips the tests that
@@ -40,6 +42,7 @@ JDBC_JARS = {
     "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
 }
 JDBC_PACKAGES = ("libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java")
+JAVA_PACKAGE = "openjdk-17-jre-headless"
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15, 14, 13))
 
 
@@ -129,3 +132,26 @@ def install_jdbc_jars() -> dict[str, Path]:
     there = lambda: all(p.is_file() for p in JDBC_JARS.values())  # noqa: E731
     apt_install(" ".join(JDBC_PACKAGES), there, "JDBC jars in /usr/share/java")
     return dict(JDBC_JARS)
+
+
+def java_problem() -> str | None:
+    """Why Spark cannot start a JVM here (txmq.spark.session's own words), or None."""
+    from txmq.errors import TxmqError
+    from txmq.spark.session import require_java
+
+    try:
+        require_java()
+    except TxmqError as exc:
+        return str(exc)
+    return None
+
+
+def install_java() -> Path:
+    """The ``java`` Spark will run: JAVA_HOME's or PATH's when it is 17+, else Debian's."""
+    from txmq.spark.session import java_binary
+
+    problem = java_problem()
+    if problem is not None and os.environ.get("JAVA_HOME"):
+        missing(JAVA_PACKAGE, problem)  # an explicit JAVA_HOME is the user's choice: no apt
+    apt_install(JAVA_PACKAGE, lambda: java_problem() is None, "Java 17+ for Spark")
+    return java_binary()

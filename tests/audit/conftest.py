@@ -53,14 +53,9 @@ def _accepts(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def spark_connect(
-    jdbc_jars: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+    jdbc_jars: dict[str, Path], java_runtime: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A Spark Connect server's sc:// URL, for the module."""
-    from tests.spark.conftest import java_problem
-
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -100,9 +95,12 @@ def spark_connect(
 
 
 @pytest.fixture(scope="module")
-def audit_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def audit_broker(
+    java_runtime: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     """A broker with the default transaction timings: an undecided transaction stays
-    undecided (not yet dead) for minutes, longer than the module runs."""
+    undecided (not yet dead) for minutes, longer than the module runs. The audits run
+    against it start Spark (``java_runtime``)."""
     b = BrokerProcess(tmp_path_factory.mktemp("audit-broker") / "data", [])
     b.start()
     yield b

@@ -213,17 +213,8 @@ def _spark_blocks() -> list[Block]:
     return section_blocks("Spark")
 
 
-def _needs_spark() -> None:
-    from tests.spark.conftest import java_problem
-
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
-
-
 @pytest.mark.slow
-def test_spark_local(section_servers: Reader) -> None:
-    _needs_spark()
+def test_spark_local(section_servers: Reader, java_runtime: Path) -> None:
     [producer] = [b for b in section_blocks("The official clients") if b.language == "python"][:1]
     section_servers.run(producer)  # an order to read, whichever tests ran before
     scripts = [b for b in _spark_blocks() if b.language == "python"]
@@ -238,8 +229,7 @@ def test_spark_local(section_servers: Reader) -> None:
 
 
 @pytest.mark.slow
-def test_spark_standalone(section_servers: Reader) -> None:
-    _needs_spark()
+def test_spark_standalone(section_servers: Reader, java_runtime: Path) -> None:
     spark = _spark_blocks()
     at = next(i for i, b in enumerate(spark) if 7077 in b.server_ports)
     section_servers.start(spark[at])
@@ -248,8 +238,7 @@ def test_spark_standalone(section_servers: Reader) -> None:
 
 
 @pytest.mark.slow
-def test_spark_connect(section_servers: Reader) -> None:
-    _needs_spark()
+def test_spark_connect(section_servers: Reader, java_runtime: Path) -> None:
     spark = _spark_blocks()
     at = next(i for i, b in enumerate(spark) if 15002 in b.server_ports)
     section_servers.start(spark[at])

@@ -74,17 +74,12 @@ def test_compare_reports_server_cpu_per_message(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_bench_spark_reports_both_rates(tmp_path: Path) -> None:
+def test_bench_spark_reports_both_rates(tmp_path: Path, java_runtime: Path) -> None:
     """Slow (~37 s, a Spark JVM and three pipelines): `make test-slow` runs it. The source and
     sink it times are covered in the default suite by tests/spark (test_pipeline,
     test_batch_and_errors, test_stream_crash); only the benchmark script itself waits for the
     slow run."""
     pytest.importorskip("pyspark")
-    from tests.spark.conftest import java_problem
-
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
     out = run_bench(
         "bench_spark.py",
         *("--messages", "300", "--rounds", "1", "--sink-rows", "100,1000"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +38,9 @@ def quick_start_commands(readme: str) -> list[str]:
         pytest.param(True, id="spark", marks=pytest.mark.slow),
     ],
 )
-def test_demo_from_a_fresh_clone(tmp_path: Path, with_spark: bool) -> None:
+def test_demo_from_a_fresh_clone(
+    tmp_path: Path, with_spark: bool, request: pytest.FixtureRequest
+) -> None:
     clone = tmp_path / "txmq"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
     readme = (clone / "README.md").read_text()
@@ -51,8 +52,8 @@ def test_demo_from_a_fresh_clone(tmp_path: Path, with_spark: bool) -> None:
     args = [sys.executable, "-m", "txmq.cli", "demo", "--orders", "40", "--seed", "3"]
     if not with_spark:
         args.append("--no-spark")
-    elif shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("the demo's Spark step needs Java 17 (java on PATH or JAVA_HOME)")
+    else:
+        request.getfixturevalue("java_runtime")  # the demo's Spark step starts a JVM
     # The demo's own Spark step may take 240 s on a loaded machine (demo/steps.SPARK_TIMEOUT_S).
     r = subprocess.run(args, cwd=clone, env=env, capture_output=True, text=True, timeout=420)
     out = r.stdout

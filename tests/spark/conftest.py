@@ -18,7 +18,6 @@ import pytest
 
 from tests.integration.conftest import FAST, ROOT, BrokerProcess
 from tests.integration.etcd_fixtures import forget_clusters
-from txmq.errors import TxmqError
 from txmq.spark.client import BrokerClient, build_message
 
 CHILD = Path(__file__).with_name("spark_child.py")
@@ -28,26 +27,21 @@ if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyar
     collect_ignore_glob = ["test_[!p]*.py", "test_pipeline.py", "spark_child.py"]
 
 
-def java_problem() -> str | None:
-    from txmq.spark.session import require_java
-
-    try:
-        require_java()
-    except TxmqError as exc:
-        return str(exc)
-    return None
-
-
 @pytest.fixture(autouse=True)
 def _forget_clusters(request: pytest.FixtureRequest) -> None:
     forget_clusters(request)  # what earlier tests left in the session's etcd
 
 
+@pytest.fixture(autouse=True)
+def _java(request: pytest.FixtureRequest) -> None:
+    """Every Spark test runs a JVM (in this process or a child driver), but a module that sets
+    ``NEEDS_JAVA = False`` (the pure tests)."""
+    if getattr(request.module, "NEEDS_JAVA", True):
+        request.getfixturevalue("java_runtime")
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
+def spark(java_runtime: Path) -> Iterator[Any]:
     from txmq.spark.session import local_session
 
     session = local_session("txmq-tests")

@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import BrokerProcess
-from tests.spark.conftest import java_problem
 from txmq.client.admin import call
 from txmq.demo.steps import spark_failure
 from txmq.spark.client import BrokerClient, build_message
@@ -166,9 +165,6 @@ except DataSourceMissingError as exc:
 
 @pytest.mark.slow
 def test_a_session_whose_workers_lack_txmq_is_explained(tmp_path: Path) -> None:
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
     python = _isolated_python(tmp_path)
     env = dict(os.environ, PYSPARK_PYTHON=python)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
@@ -190,9 +186,6 @@ def test_a_session_whose_workers_lack_txmq_is_explained(tmp_path: Path) -> None:
 
 
 def test_the_demo_says_why_its_spark_step_cannot_run(tmp_path: Path) -> None:
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
     python = _isolated_python(tmp_path)
     env = dict(os.environ, PYSPARK_PYTHON=python)
     log = tmp_path / "spark.log"

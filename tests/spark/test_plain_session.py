@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import BrokerProcess
-from tests.spark.conftest import java_problem
 from txmq.client.admin import call
 from txmq.spark.client import BrokerClient, build_message
 
@@ -42,9 +41,6 @@ def _bodies(endpoints: str, topic: str) -> list[str]:
 
 
 def test_format_txmq_works_in_a_plain_session(spark_broker: BrokerProcess, tmp_path: Path) -> None:
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
     ep = spark_broker.endpoints
     call(ep, "TopicCreate", {"name": "plain-in", "queues": QUEUES, "type": "normal"})
     for topic in ("plain-batch", "plain-stream"):  # the sink sends transactional messages

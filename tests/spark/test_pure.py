@@ -35,6 +35,8 @@ from txmq.txn.ledger import (
     ledger_home,
 )
 
+NEEDS_JAVA = False  # no Spark session here (tests/spark/conftest.py's ``_java``)
+
 
 def test_parse_spec() -> None:
     assert opt.parse_spec("earliest", "s", [0, 1], -2) == {0: -2, 1: -2}

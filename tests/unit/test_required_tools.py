@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 
 SAMPLE = """
@@ -82,3 +84,24 @@ def test_no_test_module_installs_a_tool_itself() -> None:
         and re.search(r"""["'](apt-get|npm)["']""", p.read_text())
     ]
     assert offenders == []
+
+
+def test_java_comes_from_its_fixture_and_is_17_or_newer(java_runtime: Path) -> None:
+    from txmq.spark.session import java_major
+
+    probe = subprocess.run(
+        [str(java_runtime), "-version"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert java_major(probe.stderr + probe.stdout) >= 17, probe.stderr
+
+
+def test_a_wrong_java_home_is_named_not_papered_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit JAVA_HOME is the user's choice: the fixture says what is wrong with it and
+    installs nothing beside it."""
+    from tests import tools
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(pytest.skip.Exception, match=f"JAVA_HOME={tmp_path} has no bin/java"):
+        tools.install_java()
