@@ -36,7 +36,8 @@ def _batches(checkpoint: Path, kind: str) -> int:
 @pytest.mark.slow  # ~60 s: two driver JVMs. The default suite keeps the same path (a driver
 # killed with offsets/<k> written and commits/<k> not, the batch replanned from the checkpoint and
 # read again from the source) in test_transactional_sink_is_exactly_once_across_killed_drivers
-# [after-sink-commit], which also checks the sink's side.
+# [after-sink-commit], which also checks the sink's side. Its bounds: 180 s + finish()'s 240 s.
+@pytest.mark.timeout(480)
 def test_parquet_stream_is_exactly_once_across_a_killed_driver(
     spark_broker: BrokerProcess, spark: Any, tmp_path: Path, seed: int
 ) -> None:
@@ -75,6 +76,9 @@ def _pending(ep: str, topic: str) -> int:
     return sum(1 for t in rows if t.get("topic") == topic)
 
 
+# Its own bounds add up past the suite's 300 s: each driver may take finish()'s 240 s (a JVM,
+# four micro-batches; ~25 s each quiet, minutes at load 20), then 60 s for check-back.
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize(
     "failpoints",
     [
