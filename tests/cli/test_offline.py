@@ -86,6 +86,7 @@ def test_usage_errors_are_one_line_exit_2(args: list[str], text: str) -> None:
         ["topic", "describe", "orders"],
         ["group", "list"],
         ["txn", "list"],
+        ["client", "list"],
         ["message", "show", "ABC"],
         ["send", "orders", "hi"],
         ["consume", "orders"],

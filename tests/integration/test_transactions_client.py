@@ -149,9 +149,13 @@ def test_check_back_reaches_a_producer_that_did_not_declare_the_topic(
     checker = Checker(lambda m: R.COMMIT)
     p = producer(broker.endpoints, ("txd-declared",), checker)
     try:
-        # sleep: past the official client's settings re-sync, a timer inside the client that
-        # sends nothing the test could wait on
-        time.sleep(2.5)  # sleep: see above
+        # Past the official client's settings re-sync (a timer inside the client): the
+        # broker's ClientList counts the Settings messages each session received.
+        def settings_received() -> int:
+            listed = call(broker.endpoints, "ClientList", {"topic": "txd-declared"})["clients"]
+            return max((c["settings"] for c in listed if c["client_id"] == p.client_id), default=0)
+
+        wait_until(lambda: settings_received() >= 2, 15, "the producer's second Settings")
         tx = p.begin_transaction()
         half = p.send(message("txd-other", b"undeclared topic"), tx)
         wait_until(lambda: half.message_id in checker.calls, 30, "a check-back")

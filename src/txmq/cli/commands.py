@@ -318,7 +318,8 @@ def _status_rows(report: dict[str, Any]) -> list[list[Any]]:
 
 def register(cli: click.Group) -> None:
     from txmq.cli import group_verbs  # noqa: F401  (registers group reset and redrive)
+    from txmq.cli.client_verbs import client
     from txmq.cli.cluster import cluster
 
-    for cmd in (topic, group, txn, message, send, consume, tail, store, cluster):
+    for cmd in (topic, group, txn, message, client, send, consume, tail, store, cluster):
         cli.add_command(cmd)

@@ -10,16 +10,19 @@ Methods: TopicList, TopicCreate {name, queues, type}, TopicDescribe {name}, Topi
 TopicUpdate {name, queues, dry_run?} (grows a topic on every member: admin/cluster.py),
 GroupList, TxnList (the three listings are paged: {after?, limit?} -> rows and "next", see
 broker/admin/listing.py), TxnShow {id}, TxnResolve {id, action: commit|rollback},
-MessageShow {id}, MessageFind {key, topic?, max?}, GroupReset {group, topic, to, ...} (moves a
-consumer group's position on every member: admin/reset.py), GroupRedrive {group, topic?, max?,
-dry_run?} (sends this member's dead letters of a group back: admin/redrive.py); the dashboard's
-read-only views (admin/views.py): Status, GroupDetail, TxnMessage, TopicMessages; for clusters
-(admin/cluster.py) ClusterInfo, TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate,
-TopicDelete and GroupReset take ``forwarded: true`` when a peer forwards them.
+MessageShow {id}, MessageFind {key, topic?, max?}, ClientList {topic?, group?} (the connected
+clients: admin/clients.py, answered on the event loop, which owns the sessions), GroupReset
+{group, topic, to, ...} (moves a consumer group's position on every member: admin/reset.py),
+GroupRedrive {group, topic?, max?, dry_run?} (sends this member's dead letters of a group
+back: admin/redrive.py); the dashboard's read-only views (admin/views.py): Status,
+GroupDetail, TxnMessage, TopicMessages; for clusters (admin/cluster.py) ClusterInfo,
+TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate, TopicDelete and GroupReset take
+``forwarded: true`` when a peer forwards them.
 
-Wiring: ``add_admin(server, parts, servicer)`` next to the MessagingService registration; it
-calls ``server.add_generic_rpc_handlers``. Every method runs through ``servicer.run`` (the
-executor), since the store, the coordinator and the positions are blocking and thread-safe.
+Wiring: ``add_admin(server, parts, servicer, owner_of)`` next to the MessagingService
+registration; it calls ``server.add_generic_rpc_handlers``. Every method runs through
+``servicer.run`` (the executor), since the store, the coordinator and the positions are
+blocking and thread-safe; except ClientList, which reads the event loop's sessions on the loop.
 Must not: change anything the RocketMQ protocol also changes by another path, except the
 operator's transaction resolution, which goes through the coordinator like any decision, and a
 group's reset, which goes through the consumer positions as UpdateOffset does.
@@ -37,6 +40,7 @@ import grpc
 
 from txmq import limits
 from txmq.broker.admin import listing
+from txmq.broker.admin.clients import OwnerOf, client_list
 from txmq.broker.admin.cluster import cluster_methods, create_topic, delete_topic, update_topic
 from txmq.broker.admin.redrive import Redrive
 from txmq.broker.admin.reset import reset_group
@@ -195,9 +199,17 @@ class AdminMethods:
 _WRITES_LOG: Final = frozenset({"TxnResolve", "GroupRedrive"})
 
 
-def add_admin(server: Any, parts: Parts, service: Any) -> None:
+def add_admin(server: Any, parts: Parts, service: Any, owner_of: OwnerOf | None = None) -> None:
+    """Register the admin methods; ``owner_of`` names the access key a client id is bound to
+    (None: no ACL)."""
+
+    def client_list_now(a: dict[str, Any]) -> Any:
+        return client_list(parts.clients, parts.now_ms(), owner_of, a)
+
+    # Methods that read what belongs to the event loop: run there, not in the executor.
+    on_loop: dict[str, Callable[[dict[str, Any]], Any]] = {"ClientList": client_list_now}
     handlers = {}
-    for name, fn in AdminMethods(parts, service.membership).table().items():
+    for name, fn in {**AdminMethods(parts, service.membership).table(), **on_loop}.items():
 
         async def call(
             body: bytes,
@@ -209,7 +221,7 @@ def add_admin(server: Any, parts: Parts, service: Any) -> None:
                 args = json.loads(body or b"{}")
                 if not isinstance(args, dict):
                     raise BadRequestError("request body must be a JSON object")
-                result = await service.run(fn, args)
+                result = fn(args) if name in on_loop else await service.run(fn, args)
                 if name in _WRITES_LOG and service.ack_gate is not None:
                     # A replica group's leader: SYNC, and fenced; refused within the deadline.
                     await service.ack_gate(context.time_remaining())

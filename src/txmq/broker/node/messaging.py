@@ -192,6 +192,11 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
 
     def _on_settings(self, session: Session, settings: Any) -> Any:
         """Record what the client declared and build the reply command."""
+        session.settings += 1
+        session.last_seen_ms = max(session.last_seen_ms, self.now_ms())
+        agent = settings.user_agent
+        session.language, session.version = int(agent.language), agent.version
+        session.hostname = agent.hostname
         if telemetry.is_publisher(settings):
             session.topics.update(r.name for r in settings.publishing.topics)
         if settings.subscription.group.name:
@@ -229,6 +234,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             yield sv.TelemetryCommand(status=fail(exc))
             return
         stream = session.open_stream()
+        session.address = str(context.peer() or "")
         repeats: list[asyncio.Task[None]] = []
 
         async def read() -> None:

@@ -204,9 +204,14 @@ def _grpc_server(guard: Guard | None, parts: Parts, peers: PeerInterceptor | Non
 
 
 def _add_services(
-    server: Any, parts: Parts, executor: ThreadPoolExecutor, membership: Membership
+    server: Any,
+    parts: Parts,
+    executor: ThreadPoolExecutor,
+    membership: Membership,
+    guard: Guard | None,
 ) -> tuple[ConsumeRpcs, MessagingServicer]:
-    """Register the v2 MessagingService, the admin and the data channel on ``server``."""
+    """Register the v2 MessagingService, the admin and the data channel on ``server``;
+    ``guard``'s client id bindings name each client's access key in ClientList."""
     endpoint = (membership.me.host, membership.me.port)
     consume = ConsumeRpcs(
         store=parts.store,
@@ -231,7 +236,7 @@ def _add_services(
         membership=membership,
     )
     add_messaging_service(servicer, server)
-    add_admin(server, parts, servicer)
+    add_admin(server, parts, servicer, guard.client_ids.owner if guard is not None else None)
     add_data(server, parts, servicer)
     add_bundles(server, parts, servicer)
     return consume, servicer
@@ -345,7 +350,7 @@ async def serve(
         known.append(membership)
         # The sink's check-back reads a batch's ledger on its home member (txn/ledger.py).
         parts.ledger.place(membership.group.name, membership.find_at if membership.peers else None)
-        consume, servicer = _add_services(server, parts, executor, membership)
+        consume, servicer = _add_services(server, parts, executor, membership, guard)
         tasks = _lead_with(replication, server, servicer, _wire_host(config, credentials, acl))
         if config.metrics_port is not None:
             from prometheus_client import start_http_server

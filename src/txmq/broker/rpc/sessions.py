@@ -47,6 +47,16 @@ class Session:
     # (consumer group, topic) pairs this client's Settings subscribe to.
     subscriptions: frozenset[tuple[str, str]] = frozenset()
     last_seen_ms: int = 0
+    # Settings messages received on its Telemetry streams (the official clients send one at
+    # start, repeat it a second later, then every few minutes): what an operator, or a test,
+    # reads to know the client has applied the broker's answer.
+    settings: int = 0
+    # What its last Settings said of it (UA: language, version, hostname), and the peer
+    # address of its newest Telemetry stream, for operators (ClientList, admin/clients.py).
+    language: int = 0  # the RocketMQ Language enum, as ``client_type`` is ClientType
+    version: str = ""
+    hostname: str = ""
+    address: str = ""
     # Open Telemetry streams by id, oldest first (dicts keep insertion order).
     streams: dict[int, Stream] = field(default_factory=dict)
 
