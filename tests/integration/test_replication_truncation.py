@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +82,15 @@ def test_an_old_leader_refetches_only_its_divergent_tail(group: list[BrokerProce
     try:
         # The paused follower's outstanding long poll is answered (empty) after
         # REPLICA_FETCH_WAIT_MS; a tail written before then could still reach it (see below).
-        time.sleep(1.0)  # sleep: no event outside the leader shows that answer has gone
+        # Done when the leader holds no fetch and answers none between two looks.
+        def fetches_done() -> bool:
+            first = status(leader.endpoints)
+            again = status(leader.endpoints)
+            return first.get("fetches_parked") == again.get("fetches_parked") == 0 and first.get(
+                "fetches_answered"
+            ) == again.get("fetches_answered")
+
+        wait_until(fetches_done, 10, "the paused follower's last fetch answered")
         tail = [[f"tail-{b}-{i}" for i in range(16)] for b in range(4)]
         with concurrent.futures.ThreadPoolExecutor(len(tail)) as pool:
             codes = list(pool.map(lambda ids: send_batch(leader.endpoints, "t", ids), tail))

@@ -103,6 +103,7 @@ class Replication:
         self.insync = InSync([], now_ms=leadership.clock())
         # Fetchers waiting at the end for a write, woken all at once (``_wake_fetchers``).
         self._fetchers: list[asyncio.Future[None]] = []
+        self.fetches_answered = 0  # followers' fetches answered by this leader (status)
         # Acks waiting for the group's durable end to pass their end: (end, n, future), a heap,
         # so a fetch wakes only the acks it satisfies (not every waiting one, every time).
         self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -360,6 +361,7 @@ class Replication:
             header["topics"] = [definition(info) for info in self.topics.list()]
             if self.positions is not None:
                 header["positions"] = json.loads(self.positions())
+        self.fetches_answered += 1
         return header, shipment.data
 
     def _committed(self) -> int:
@@ -424,6 +426,8 @@ class Replication:
             "in_sync": [self.leadership.election.me, *self._in_sync(now)],
             "lag_bytes": self.insync.lag_bytes(end),
             "held_records": self.hold.held if self.hold is not None else 0,
+            "fetches_parked": len(self._fetchers),
+            "fetches_answered": self.fetches_answered,
             "renewed": self.leadership.renewed,
             "wire_port": self.wire_port,
             "preferred": self.handback.preferred,
