@@ -19,7 +19,7 @@ import pytest
 
 from tests.dashboard.visitor import Visitor
 from tests.integration import clients
-from tests.integration.conftest import FAST, ROOT, BrokerProcess
+from tests.integration.conftest import FAST, ROOT, BrokerProcess, wait_until
 from txmq.client.admin import call
 from txmq.dashboard.background import dashboard_process
 
@@ -115,3 +115,26 @@ def test_endpoints_are_separated_by_semicolons(open_broker: BrokerProcess, tmp_p
     cmd = [sys.executable, "-m", "txmq.cli", "dashboard", "--help"]
     shown = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=True)
     assert "HOST:P1;HOST:P2" in shown.stdout
+
+
+def test_a_groups_page_lists_its_connected_consumers(dash: str, open_broker: BrokerProcess) -> None:
+    v = Visitor(dash)
+
+    def clients_table() -> str:
+        r = v.get("/groups/lookers")
+        assert r.status == 200, r.text
+        found = re.search(r'<table id="clients">.*?</table>', r.body, re.S)
+        assert found is not None, r.body
+        return found.group(0)
+
+    c = clients.consumer(open_broker.endpoints, "lookers", "orders")
+    try:
+        # Reading a message gives the group positions, so its page stays after the consumer.
+        assert len(clients.drain(c, 1, 15)) == 1
+        wait_until(lambda: c.client_id in clients_table(), 15, "the consumer on its group's page")
+        row = clients_table()
+        assert "simple consumer" in row and "orders" in row and UTC_DATE.search(row), row
+    finally:
+        c.shutdown()
+    wait_until(lambda: c.client_id not in clients_table(), 15, "the consumer gone from the page")
+    assert "none" in clients_table()

@@ -144,7 +144,8 @@ async def group(ui: Ui, request: Request) -> Response:
 
     async def load() -> dict[str, Any]:
         detail = await ui.call(request, "GroupDetail", {"group": name, "max": 20})
-        return {"g": detail}
+        connected = await ui.call(request, "ClientList", {"group": name})
+        return {"g": detail, "clients": connected["clients"]}
 
     names = {"group": name}
     return await ui.page(request, "group.html", load, names, page="consumer groups", name=name)
