@@ -100,6 +100,11 @@ class IllegalConsumerGroupError(BadRequestError):
     code = CODE_ILLEGAL_CONSUMER_GROUP
 
 
+class GroupInUseError(BadRequestError):
+    """A consumer group to delete still has a consumer on an open Telemetry stream: refused
+    unless forced (a 40000 status: the request as given cannot succeed while it runs)."""
+
+
 class IllegalTagError(BadRequestError):
     code = CODE_ILLEGAL_MESSAGE_TAG
 

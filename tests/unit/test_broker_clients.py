@@ -68,3 +68,22 @@ async def test_expiry_spares_connected_and_recent_sessions() -> None:
     assert set(clients.sessions) == {"streaming", "recent"}
     clients.remove("recent")
     assert set(clients.sessions) == {"streaming"}
+
+
+async def test_live_subscribers_follow_open_streams_and_goodbyes() -> None:
+    """GroupDelete's snapshot: a group's consumers with an open Telemetry stream, rebuilt when a
+    stream opens or closes (``streams_changed``) and when a client says goodbye."""
+    clients = Clients()
+    s = clients.touch("c1", 0)
+    clients.note_subscriptions(s, "g", {"orders"})
+    assert clients.live_subscribers == {}, "subscribed, but no stream open"
+    stream = s.open_stream()
+    clients.streams_changed()
+    assert clients.live_subscribers == {"g": ("c1",)}
+    s.close_stream(stream)
+    clients.streams_changed()
+    assert clients.live_subscribers == {} and ("g", "orders") in clients.subscribed
+    s.open_stream()
+    clients.streams_changed()
+    clients.remove("c1")
+    assert clients.live_subscribers == {} and clients.subscribed == frozenset()

@@ -212,3 +212,28 @@ def test_receive_recent_serves_every_queue_with_a_book_however_it_came(
     assert recent([0, 1]) == [b"q0", b"q1"], "unacked: delivered again, on the loop"
     assert recent([0, 2]) is None
     store.close()
+
+
+def test_a_deleted_group_is_gone_from_the_file_and_its_handles_are_stale(
+    tmp_path: Path, clock: Clock
+) -> None:
+    store = _store(tmp_path, clock)
+    _fill(store, 4)
+    p = _positions(store, tmp_path, clock)
+    got = _receive(p, clock)
+    p.ack("g", got[0].receipt_handle)
+    ask = Ask(tags=None, batch=32, invisible_ms=1_000, now_ms=clock.now, fifo=False)
+    p.receive("other", "t", [0], ask)
+    p.save()
+    assert p.delete_group("g") == [("t", 0, 1, 3)]
+    saved = json.loads((tmp_path / FILE_NAME).read_bytes())["positions"]
+    assert [r["group"] for r in saved] == ["other"], "written when delete_group returned"
+    with pytest.raises(InvalidReceiptHandleError):
+        p.ack("g", got[1].receipt_handle)
+    assert p.delete_group("g") == [] and [r[0] for r in p.positions()] == ["other"]
+    # The name again starts as a new group does: at the earliest retained message.
+    assert [d.record.body for d in _receive(p, clock)] == [b"m0", b"m1", b"m2", b"m3"]
+    store.close()
+    store = _store(tmp_path, clock)
+    assert {r[0] for r in _positions(store, tmp_path, clock).positions()} == {"other"}
+    store.close()

@@ -211,8 +211,9 @@ def group_list(show_all: bool, endpoints: str, as_json: bool) -> None:
     """List consumer groups with total lag and messages in flight (all brokers).
 
     The table leaves out the throwaway groups `txmq consume` and `txmq tail` read with when
-    given no --group (txmq-cli-<8 hex digits>) unless --all; --json lists every group, each
-    with "throwaway" true or false.
+    given no --group (txmq-cli-<8 hex digits>) unless --all: they delete their group when they
+    end, so these are left by a run that could not (`txmq group delete` removes one). --json
+    lists every group, each with "throwaway" true or false.
     """
     found = _groups(endpoints).values()
     r = {"groups": [{**g, "throwaway": is_throwaway_group(g["group"])} for g in found]}

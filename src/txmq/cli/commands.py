@@ -27,7 +27,7 @@ from txmq.cli.admin_commands import (
     txn,
 )
 from txmq.cli.tables import Col, console, human_bytes, json_option, show
-from txmq.client.admin import call, throwaway_group
+from txmq.client.admin import call, delete_group, throwaway_group
 from txmq.client.security import official_configuration
 from txmq.errors import NotFoundError, TxmqError
 
@@ -179,26 +179,47 @@ def _consume(
 
     call(endpoints, "TopicDescribe", {"name": topic})  # unknown topic: exit 2, not a hang
     configuration, tls = official_configuration(endpoints)
+    throwaway = "" if group else throwaway_group()
     c = SimpleConsumer(
         configuration,
-        group or throwaway_group(),
+        group or throwaway,
         {topic: FilterExpression(expr)},
         await_duration=max(1, min(wait_s, 5)),
         tls_enable=tls,
     )
     c.startup()
-    got = 0
-    deadline = time.monotonic() + wait_s
     try:
-        while got < max_messages and (follow or time.monotonic() < deadline):
-            for m in c.receive(min(32, max_messages - got), 30) or []:
-                click.echo(json.dumps(_message_json(m)))
-                c.ack(m)
-                got += 1
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends a tail; what was printed was acked.
+        got = 0
+        deadline = time.monotonic() + wait_s
+        try:
+            while got < max_messages and (follow or time.monotonic() < deadline):
+                for m in c.receive(min(32, max_messages - got), 30) or []:
+                    click.echo(json.dumps(_message_json(m)))
+                    c.ack(m)
+                    got += 1
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends a tail; what was printed was acked.
+        finally:
+            c.shutdown()
     finally:
-        c.shutdown()
+        if throwaway:
+            _forget(endpoints, throwaway)
+
+
+def _forget(endpoints: str, group: str) -> None:
+    """Delete the run's own throwaway group (forced: its one consumer has just shut down, and
+    no one else knows the name). Best effort: a failure is a warning line, never the
+    command's outcome, since what it printed was received and acked."""
+    try:
+        delete_group(endpoints, group, force=True)
+    except errors.ConsumerGroupNotFoundError:
+        pass  # it never read a queue: nothing to delete
+    except TxmqError as exc:
+        click.echo(
+            f"txmq: warning: throwaway consumer group {group} was not deleted ({exc}); "
+            f"`txmq group delete {group}` removes it",
+            err=True,
+        )
 
 
 def _message_json(m: Any) -> dict[str, Any]:
@@ -218,8 +239,8 @@ def _consume_options(fn: Any) -> Any:
             click.option(
                 "--group",
                 default="",
-                help="Consumer group (default: a throwaway txmq-cli-<hex> group, which the"
-                " broker keeps and `txmq group list` leaves out).",
+                help="Consumer group (default: a throwaway txmq-cli-<hex> group, deleted"
+                " when the command ends).",
             ),
             click.option("--tag", "expr", default="*", help="Tag expression, e.g. 'A||B'."),
             endpoints_option,
@@ -240,8 +261,8 @@ def consume(
 
     A new group starts at the earliest retained message; a named group resumes where it
     acked last. Without --group each run reads as a new throwaway group, txmq-cli-<8 hex
-    digits>: the broker keeps its positions (it has no command to delete a group), and
-    `txmq group list` leaves such groups out unless --all.
+    digits>, which it deletes when it ends (a warning line says so if it could not; `txmq
+    group list` leaves such leftovers out unless --all).
     """
     _consume(topic, group, expr, max_messages, wait_s, endpoints, follow=False)
 

@@ -1,11 +1,12 @@
-"""The operator verbs on a consumer group: ``txmq group reset`` (move its position) and
-``txmq group redrive`` (send its dead letters back), over the broker's admin channel.
+"""The operator verbs on a consumer group: ``txmq group reset`` (move its position),
+``txmq group redrive`` (send its dead letters back) and ``txmq group delete`` (forget it), over
+the broker's admin channel.
 
 Owns: their arguments (``--to``: earliest, latest, a time or an offset, read by
 client/verbs.py), their tables of what moved, and their ``--json`` (stable field names). The
-broker decides and carries out both (broker/admin/reset.py, broker/admin/redrive.py); what
+broker decides and carries out all three (broker/admin/reset.py, redrive.py, delete.py); what
 each does to messages in flight or dead-lettered again: docs/operations.md.
-Must not: move a position or append a message itself.
+Must not: move a position, delete one or append a message itself.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import click
 from txmq import limits
 from txmq.cli.admin_commands import endpoints_option, group
 from txmq.cli.tables import Col, json_option, show
-from txmq.client.admin import call, members
+from txmq.client.admin import call, delete_group, members
 from txmq.client.verbs import reset_target, said
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
@@ -142,3 +143,40 @@ def _redrive_member(endpoint: str, args: dict[str, Any], left: int | None) -> di
         if args["dry_run"] or got["stopped"] or not got["more"] or done:
             break
     return {"redriven": rows, "more": bool(got["more"]), "stopped": str(got["stopped"])}
+
+
+@group.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Delete even while a consumer of it is connected.")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@endpoints_option
+@json_option
+def group_delete(name: str, force: bool, dry_run: bool, endpoints: str, as_json: bool) -> None:
+    """Delete a consumer group on every broker: its positions on every topic and its messages
+    in flight (their acks fail). Its dead letters stay: the DLQ topic %DLQ%NAME is kept (delete
+    it with `txmq topic delete`).
+
+    Refused while a consumer of the group is connected to a broker, unless --force (a consumer
+    that goes on receiving then starts again at the earliest retained message). Exit codes: 0
+    deleted, 1 a broker failed (named; the same delete again finishes it), 2 no broker knows
+    the group, a malformed name or a connected consumer without --force, 3 unreachable.
+    """
+    r = delete_group(endpoints, name, force=force, dry_run=dry_run)
+    r.pop("ok", None)
+    rows = [
+        [b["broker"], q["topic"], q["queue"], q["ack"], q["inflight"]]
+        for b in r["brokers"]
+        for q in b["queues"]
+    ]
+    cols = [Col("broker", ident=True), Col("topic", ident=True), Col("queue", justify="right")]
+    cols += [Col(h, justify="right") for h in ("acked to", "in flight dropped")]
+    kept = sum(int(b["dead_letters"]) for b in r["brokers"])
+    verb = "would delete" if dry_run else "deleted"
+    title = f"group {name} {verb}: {len(rows)} queue positions"
+    show(f"{title}; {r['dlq']} kept ({kept} dead letters)", cols, rows, r, as_json)
+    if r.get("failed"):
+        failed = "; ".join(f"{b}: {why}" for b, why in sorted(r["failed"].items()))
+        raise TxmqError(
+            f"the group was not deleted on {failed}; the others deleted it: run the same "
+            "delete again"
+        )

@@ -37,8 +37,8 @@ def split_endpoints(endpoints: str) -> list[str]:
 
 
 # `txmq consume` and `txmq tail` without --group read as a fresh group of this prefix and 8
-# hex digits. The broker keeps every group's positions (it has no command to delete a group),
-# so listings for people (`txmq group list`, the dashboard) may leave these out.
+# hex digits, which they delete when they end (best effort: ``delete_group``); listings for
+# people (`txmq group list`) leave out those left behind by a run that could not.
 THROWAWAY_GROUP_PREFIX = "txmq-cli-"
 
 
@@ -50,6 +50,24 @@ def throwaway_group() -> str:
 def is_throwaway_group(name: str) -> bool:
     suffix = name.removeprefix(THROWAWAY_GROUP_PREFIX)
     return suffix != name and len(suffix) == 8 and all(c in "0123456789abcdef" for c in suffix)
+
+
+def delete_group(
+    endpoints: str, group: str, *, force: bool = False, dry_run: bool = False,
+    timeout_s: float = 10.0,
+) -> Any:  # fmt: skip
+    """Delete consumer group ``group`` on every broker of the cluster behind ``endpoints``
+    (GroupDelete, broker/admin/delete.py): its positions and messages in flight, never its
+    dead letters. ``force``: even while a consumer of it is connected.
+
+    Raises:
+        ConsumerGroupNotFoundError: no broker knows the group.
+        BadRequestError: a consumer of the group is connected and not ``force`` (the
+            broker's GroupInUseError, said in the message), or the name is malformed.
+        TxmqError: what ``call`` raises.
+    """
+    args = {"group": group, "force": force, "dry_run": dry_run}
+    return call(endpoints, "GroupDelete", args, timeout_s=timeout_s)
 
 
 def call(

@@ -14,10 +14,12 @@ MessageShow {id}, MessageFind {key, topic?, max?}, ClientList {topic?, group?} (
 clients: admin/clients.py, answered on the event loop, which owns the sessions), GroupReset
 {group, topic, to, ...} (moves a consumer group's position on every member: admin/reset.py),
 GroupRedrive {group, topic?, max?, dry_run?} (sends this member's dead letters of a group
-back: admin/redrive.py); the dashboard's read-only views (admin/views.py): Status,
-GroupDetail, TxnMessage, TopicMessages; for clusters (admin/cluster.py) ClusterInfo,
-TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate, TopicDelete and GroupReset take
-``forwarded: true`` when a peer forwards them.
+back: admin/redrive.py), GroupDelete {group, force?, dry_run?} (forgets a group's positions on
+every member, keeps its DLQ: admin/delete.py); the dashboard's read-only views
+(admin/views.py): Status, GroupDetail, TxnMessage, TopicMessages; for clusters
+(admin/cluster.py) ClusterInfo,
+TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate, TopicDelete, GroupReset and
+GroupDelete take ``forwarded: true`` when a peer forwards them.
 
 Wiring: ``add_admin(server, parts, servicer, owner_of)`` next to the MessagingService
 registration; it calls ``server.add_generic_rpc_handlers``. Every method runs through
@@ -25,7 +27,7 @@ registration; it calls ``server.add_generic_rpc_handlers``. Every method runs th
 blocking and thread-safe; except ClientList, which reads the event loop's sessions on the loop.
 Must not: change anything the RocketMQ protocol also changes by another path, except the
 operator's transaction resolution, which goes through the coordinator like any decision, and a
-group's reset, which goes through the consumer positions as UpdateOffset does.
+group's reset and delete, which go through the consumer positions as UpdateOffset does.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from txmq import limits
 from txmq.broker.admin import listing
 from txmq.broker.admin.clients import OwnerOf, client_list
 from txmq.broker.admin.cluster import cluster_methods, create_topic, delete_topic, update_topic
+from txmq.broker.admin.delete import delete_group
 from txmq.broker.admin.redrive import Redrive
 from txmq.broker.admin.reset import reset_group
 from txmq.broker.admin.views import view_methods
@@ -99,6 +102,7 @@ class AdminMethods:
             "GroupList": self.group_list,
             "GroupReset": self.group_reset,
             "GroupRedrive": self.group_redrive,
+            "GroupDelete": self.group_delete,
             "TxnList": self.txn_list,
             "TxnShow": self.txn_show,
             "TxnResolve": self.txn_resolve,
@@ -151,6 +155,9 @@ class AdminMethods:
 
     def group_redrive(self, a: dict[str, Any]) -> Any:
         return self.redrive(a)
+
+    def group_delete(self, a: dict[str, Any]) -> Any:
+        return delete_group(self.parts, self.membership, a)
 
     def txn_list(self, a: dict[str, Any]) -> Any:
         return listing.txn_page(self.parts, a)

@@ -210,6 +210,16 @@ class DeliveryBook:
             self._remember(key)
         self.books[key] = QueueBook(offset, offset)
 
+    def drop(self, key: QueueKey) -> None:
+        """Forget ``key``'s book (its group was deleted): its leases, held messages and
+        attempts go with it, so its receipt handles are stale; a receive opens it anew."""
+        self.books.pop(key, None)
+        row = self.keys.get((key.group, key.topic))
+        if row is not None and 0 <= key.queue_id < len(row):
+            row[key.queue_id] = None
+            if not any(k is not None for k in row):
+                del self.keys[(key.group, key.topic)]
+
     def clamp(self, key: QueueKey, min_offset: int) -> None:
         """Retention removed offsets below ``min_offset``: nothing there can be delivered."""
         book = self.books[key]

@@ -475,6 +475,31 @@ class ConsumerPositions:
             for key, position in moved.items():
                 self.book.reset(key, position.ack_offset)
 
+    def delete_group(self, group: str) -> list[tuple[str, int, int, int]]:
+        """Forget every position of ``group``: (topic, queue, ack offset, leased count) of each
+        queue it held. The positions file is written first without them (a failed write
+        changes nothing), then the books go, so the deletion is durable when this returns and
+        a restart keeps it. Its receipt handles go stale; a consumer of the group that
+        receives again starts as a new group does, at each queue's earliest retained message.
+
+        Raises:
+            OSError: the positions file could not be written; nothing was deleted.
+        """
+        validate_group(group)
+        with self._save_lock, self._lock:
+            gone = sorted(k for k in self.book.books if k.group == group)
+            rows = [
+                (k.topic, k.queue_id, self.book.books[k].ack_offset,
+                 len(self.book.books[k].leases))
+                for k in gone
+            ]  # fmt: skip
+            if gone:
+                dropped = set(gone)
+                self.file.save([(k, p) for k, p in self.book.positions() if k not in dropped])
+                for key in gone:
+                    self.book.drop(key)
+            return rows
+
     def offset(self, group: str, topic: str, queue_id: int) -> int:
         """The group's ack offset, or the queue's first retained offset for a new group."""
         key = QueueKey(group, topic, queue_id)

@@ -235,6 +235,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             return
         stream = session.open_stream()
         session.address = str(context.peer() or "")
+        self.clients.streams_changed()
         repeats: list[asyncio.Task[None]] = []
 
         async def read() -> None:
@@ -263,6 +264,7 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             for task in repeats:
                 task.cancel()
             session.close_stream(stream)
+            self.clients.streams_changed()
             session.last_seen_ms = self.now_ms()
 
     # --- Not supported. -------------------------------------------------------------------------

@@ -95,6 +95,9 @@ class Clients:
         # threads (lag for the admin channel and metrics) may read while the loop changes
         # the sessions.
         self.subscribed: frozenset[tuple[str, str]] = frozenset()
+        # The same for sessions with an open Telemetry stream: group -> their client ids,
+        # replaced whole on change (GroupDelete refuses a group a live consumer uses).
+        self.live_subscribers: dict[str, tuple[str, ...]] = {}
 
     def touch(self, client_id: str, now_ms: int) -> Session:
         invariant(bool(client_id), "sessions are keyed by a non-empty client id")
@@ -123,6 +126,16 @@ class Clients:
 
     def _rebuild_subscribed(self) -> None:
         self.subscribed = frozenset(p for s in self.sessions.values() for p in s.subscriptions)
+        live: dict[str, set[str]] = {}
+        for s in self.sessions.values():
+            if s.connected:
+                for group, _topic in s.subscriptions:
+                    live.setdefault(group, set()).add(s.client_id)
+        self.live_subscribers = {g: tuple(sorted(ids)) for g, ids in live.items()}
+
+    def streams_changed(self) -> None:
+        """A Telemetry stream of a session opened or closed: rebuild the snapshots."""
+        self._rebuild_subscribed()
 
     def remove(self, client_id: str) -> None:
         """Forget a client that said goodbye. Its open streams end on their own; until then

@@ -109,7 +109,7 @@ Claim = Callable[[dict[str, Any]], "tuple[PeerNames, str | None] | None"]
 # Admin methods a member forwards to its peers (``forwarded: true``): only a peer sends those.
 _FORWARDED: Final = frozenset(
     f"/{channels.ADMIN_SERVICE}/{m}"
-    for m in ("TopicCreate", "TopicUpdate", "TopicDelete", "GroupReset")
+    for m in ("TopicCreate", "TopicUpdate", "TopicDelete", "GroupReset", "GroupDelete")
 )
 
 
