@@ -4,7 +4,8 @@ Goal: an operator grows a topic and resets a consumer group's position through t
 confirmation pages: the first says from how many queues to how many, the second shows every
 queue's old and new offset before anything moves; after the confirmation the topic has the new
 queues and a live official-client consumer receives the group's messages again; a shrink is
-refused with the broker's reason and changes nothing.
+refused with the broker's reason and changes nothing; a group's delete is refused while its
+consumer runs and, once it stopped, confirmed from its page, after which the group is gone.
 Method: a broker subprocess, ``txmq dashboard`` as a subprocess, the unmodified official client,
 and Debian's Chromium driven by Playwright (conftest.py). Screenshots of the confirmations.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from tests.dashboard.test_browser import shot
 from tests.integration import clients
+from tests.integration.conftest import wait_until
 from txmq.client.admin import call
 
 
@@ -88,3 +90,38 @@ def test_redrive_a_dead_letter_from_the_page(live: Any, browser: Any) -> None:
         assert [m.body for m in got] == [b"poison"] and got[0].delivery_attempt == 1
     finally:
         worker.shutdown()
+
+
+def test_delete_a_group_from_the_page(live: Any, browser: Any) -> None:
+    """Refused with the broker's reason while its consumer runs; once it stopped, the
+    confirmation says what goes and what stays, and the group is gone from the list."""
+    broker, dash = live
+    ep = broker.endpoints
+    call(ep, "TopicCreate", {"name": "old", "queues": 2, "type": "normal"})
+    producer = clients.producer(ep, ("old",))
+    for i in range(3):
+        producer.send(clients.message("old", f"o{i}".encode()))
+    producer.shutdown()
+    retired = clients.consumer(ep, "retired", "old")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        assert len(clients.drain(retired, 3, 30)) == 3
+        page.goto(dash.url + "/groups/retired")
+        page.click("#delete-group button")
+        assert "live consumers" in page.inner_text("main")
+    finally:
+        retired.shutdown()
+
+    def stopped() -> bool:
+        found = call(ep, "ClientList", {"group": "retired"})["clients"]
+        return not any(c["connected"] for c in found)
+
+    wait_until(stopped, 10, "the consumer's stream closed")
+    page.goto(dash.url + "/groups/retired")
+    page.click("#delete-group button")
+    assert "Delete consumer group retired?" in page.inner_text("h1")
+    assert "%DLQ%retired" in page.inner_text("main")
+    shot(page, "confirm-delete-group")
+    page.click("#confirm-button")
+    assert "deleted on every broker" in page.inner_text("[role=status]")
+    assert "retired" not in [g["group"] for g in call(ep, "GroupList", {})["groups"]]

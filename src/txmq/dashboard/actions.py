@@ -1,6 +1,6 @@
 """The dashboard's state-changing actions, each behind a confirmation page: create, grow and
-delete a topic, commit or roll back a transaction, reset a consumer group's position and
-re-drive its dead letters; and signing in and out.
+delete a topic, commit or roll back a transaction, reset a consumer group's position,
+re-drive its dead letters and delete the group; and signing in and out.
 
 Owns: the two-step form flow. Step one (a button on a page) shows ``confirm.html`` with what
 will happen (for a transaction: its message) and a one-use token for exactly that action,
@@ -311,6 +311,51 @@ async def group_redrive(ui: Ui, request: Request) -> Response:
         context=context,
         unfinished=lambda got: str(got.get("stopped") or "") or None,
     )
+
+
+async def group_delete(ui: Ui, request: Request) -> Response:
+    """Delete a consumer group on every broker: the confirmation says what goes (a dry run of
+    GroupDelete) and that its dead letters stay. Never forced: a group with a connected
+    consumer is refused, and the refusal page says so (``txmq group delete --force`` is for
+    an operator who means it)."""
+    name = request.path_params["name"]
+    args = {"group": name}
+    form = await request.form()
+    context: dict[str, Any] = {"fields": {}}
+    if not form.get("token"):
+        try:
+            plan = await ui.call(request, "GroupDelete", {**args, "dry_run": True})
+        except TxmqError as exc:
+            back = "/groups/" + quote(name, safe="")
+            return ui.refused(request, exc, back, missing(exc, group=name) or "")
+        queues = [q for b in plan["brokers"] for q in b["queues"]]
+        dead = sum(int(b["dead_letters"]) for b in plan["brokers"])
+        context.update(
+            title=f"Delete consumer group {name}?",
+            description=f"Its positions on {len(queues)} queues go on every broker, and the "
+            f"{sum(int(q['inflight']) for q in queues)} messages it has in flight are dropped "
+            f"(their acks fail). Its {dead} dead letters stay in {plan['dlq']}. A consumer of "
+            "this name started later begins at the earliest retained message.",
+        )
+    return await _confirmed(
+        ui,
+        request,
+        action="group-delete",
+        target=name,
+        back="/groups",
+        call=("GroupDelete", args),
+        done="group-deleted",
+        context=context,
+        unfinished=_not_deleted_everywhere,
+    )
+
+
+def _not_deleted_everywhere(reply: Any) -> str | None:
+    failed = reply.get("failed") if isinstance(reply, dict) else None
+    if not failed:
+        return None
+    where = "; ".join(f"{b}: {why}" for b, why in sorted(failed.items()))
+    return f"The group was not deleted on {where}. The other brokers deleted it: delete again."
 
 
 def _not_everywhere(reply: Any) -> str | None:

@@ -88,6 +88,7 @@ def build_app(
         Route("/groups", bind(pages.groups)),
         Route("/groups/{name:path}/reset", bind(actions.group_reset), methods=["POST"]),
         Route("/groups/{name:path}/redrive", bind(actions.group_redrive), methods=["POST"]),
+        Route("/groups/{name:path}/delete", bind(actions.group_delete), methods=["POST"]),
         Route("/groups/{name:path}", bind(pages.group)),
         Route("/transactions", bind(pages.transactions)),
         Route("/transactions/{tid}/resolve", bind(actions.txn_resolve), methods=["POST"]),

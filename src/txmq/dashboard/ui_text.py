@@ -33,6 +33,7 @@ DONE: Final[dict[str, str]] = {
     "use them now.",
     "group-reset": "The group's position moved on every broker: its consumers read from there now.",
     "group-redriven": "The dead letters went back to their topics, for this group only.",
+    "group-deleted": "The group was deleted on every broker; its dead letters stay in its DLQ.",
     "txn-commit": "The transaction was committed: consumers receive its message.",
     "txn-rollback": "The transaction was rolled back: its message is discarded.",
     "signed-in": "Signed in.",
