@@ -16,8 +16,8 @@ Refusals: a group no member knows (no position, no consumer) is NOT_FOUND; a gro
 consumer on an open Telemetry stream on any member is refused (GroupInUseError) unless
 ``force``: a consumer that goes on receiving after a forced delete starts as a new group does,
 at each queue's earliest retained message. Durable when it returns (the positions file is
-rewritten first, broker/consume/positions.py); a replica group's followers get it with the
-leader's next shipment of its positions (broker/replication/positions_copy.py).
+rewritten first, broker/consume/positions.py); on a SYNC replica group the OK waits until every
+in-sync follower wrote it too (admin/service.py, broker/replication/positions_version.py).
 """
 
 from __future__ import annotations

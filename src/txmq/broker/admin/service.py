@@ -19,7 +19,9 @@ every member, keeps its DLQ: admin/delete.py); the dashboard's read-only views
 (admin/views.py): Status, GroupDetail, TxnMessage, TopicMessages; for clusters
 (admin/cluster.py) ClusterInfo,
 TopicDefinitions, BrokerStatus; TopicCreate, TopicUpdate, TopicDelete, GroupReset and
-GroupDelete take ``forwarded: true`` when a peer forwards them.
+GroupDelete take ``forwarded: true`` when a peer forwards them. On a SYNC replica group's
+leader GroupReset and GroupDelete answer OK only once every in-sync follower wrote the change
+(``Replication.confirm_positions``), else SLAVE_PERSISTENCE_TIMEOUT naming the others.
 
 Wiring: ``add_admin(server, parts, servicer, owner_of)`` next to the MessagingService
 registration; it calls ``server.add_generic_rpc_handlers``. Every method runs through
@@ -204,6 +206,9 @@ class AdminMethods:
 
 # Admin methods that write to the commit log: acknowledged as a v2 write is (ack_gate).
 _WRITES_LOG: Final = frozenset({"TxnResolve", "GroupRedrive"})
+# Admin methods that change consumer positions: with SYNC replication answered once every
+# in-sync follower wrote the change (positions_gate), else refused within the deadline.
+_MOVES_POSITIONS: Final = frozenset({"GroupReset", "GroupDelete"})
 
 
 def add_admin(server: Any, parts: Parts, service: Any, owner_of: OwnerOf | None = None) -> None:
@@ -234,6 +239,10 @@ def add_admin(server: Any, parts: Parts, service: Any, owner_of: OwnerOf | None 
                     await service.ack_gate(context.time_remaining())
                 for topic in result.pop("_wake", ()):
                     service.notify_appended(topic)  # long polls look again now
+                moved = name in _MOVES_POSITIONS and not args.get("dry_run")
+                if moved and service.positions_gate is not None:
+                    # Applied here; a replica group's followers must write it too.
+                    await service.positions_gate(context.time_remaining())
                 return channels.frame({"ok": True, **result})
             except Exception as exc:
                 return channels.frame(refusal(exc, fn.__name__))

@@ -108,6 +108,9 @@ class MessagingServicer(sg.MessagingServiceServicer):  # type: ignore[misc]
             notify=consume.notify_appended,
         )
         self.SendMessage = self.produce.SendMessage
+        # Replication (replication.py): an operator's change of consumer positions passes this
+        # before it is answered OK (admin/service.py). None: a broker alone.
+        self.positions_gate: Callable[[float | None], Awaitable[None]] | None = None
         self.EndTransaction = self.produce.EndTransaction
 
     @property

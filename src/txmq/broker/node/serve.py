@@ -264,6 +264,7 @@ def _lead_with(
         return []
     add_replica(server, replication, servicer)
     servicer.ack_gate = replication.acknowledge
+    servicer.positions_gate = replication.confirm_positions
     if wire is None:
         return []
     return [asyncio.create_task(_serve_wire(replication, servicer, wire))]

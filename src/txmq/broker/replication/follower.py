@@ -107,6 +107,10 @@ class Follower:
         )
         # The leader's consumer positions, as a promotion would read them.
         self.positions = PositionsCopy(self.store.disk, config.data_dir / POSITIONS_FILE)
+        # The leader's positions version the copy holds, durable, as it shipped it (None: none
+        # written since this process started), said in every fetch: an operator verb answers
+        # OK once each in-sync follower said its version (positions_version.py).
+        self.positions_written: list[Any] | None = None
         self.last = tail_of(self.store)
         # The (leader, epoch) that checked our last record (``last`` in a fetch): its replies
         # since only shipped its own records, so our tail is its log's until a cut or another
@@ -186,6 +190,7 @@ class Follower:
             "epoch": leader.epoch,
             "last": list(self.last) if self.last and self.vouched != vouch else None,
             "topics": want_topics,
+            "positions_written": self.positions_written,
         }
         reply = await self.link.fetch(leader.endpoint, args)
         if reply is None:
@@ -237,6 +242,7 @@ class Follower:
         if "positions" in header:
             shipped = header["positions"]
             await asyncio.to_thread(self.positions.offer, shipped, self.store.queue_offsets)
+            self.positions_written = header.get("positions_version")  # written, durable
 
     def _append_blocking(self, data: bytes, pairs: list[EpochStart]) -> int:
         """The leader's epochs that start in ``data`` first (durable), then its records."""

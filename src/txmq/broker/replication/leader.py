@@ -8,17 +8,22 @@ role, leader, epoch, end, in-sync set and lags), stamping
 the log with this leader's epoch before its first write (store/replica/epochs.py),
 and ``Replication.acknowledge``, the gate every write passes before it is acknowledged: this
 replica must lead by its own clock, and with ``min_insync_replicas`` > 1 the write must be on
-that many in-sync replicas (ADR 0005).
+that many in-sync replicas (ADR 0005); ``Replication.confirm_positions``, the gate an operator's
+change of consumer positions passes with SYNC replication: every follower of the stored in-sync
+set wrote it (positions_version.py).
 Must not: elect (leadership.py) or append shipped records (follower.py); hold the gRPC
 handlers (rpcs.py).
 
 Framing as the data channel (data.py): a JSON request; a reply of a 4-byte header length, a
 JSON header, then the records. Fetch takes ``{"follower", "incarnation"?, "from", "epoch", "last"?,
-"topics"?}`` (``incarnation``: of the follower's data directory, store/replica/identity.py;
-``last`` = [offset, crc] of the follower's last record, to detect a divergent tail) and answers
-``{"ok", "next_offset", "leader_end", "epoch", "epochs", "committed", "topics"?}`` + records
-(``epochs``: the (epoch, start) pairs that start in the shipped range; ``committed``: the group's
-durable end with SYNC replication, else 0), or a refusal
+"topics"?, "positions_written"?}`` (``incarnation``: of the follower's data directory,
+store/replica/identity.py; ``last`` = [offset, crc] of the follower's last record, to detect a
+divergent tail; ``positions_written``: the positions version its copy holds) and answers
+``{"ok", "next_offset", "leader_end", "epoch", "epochs", "committed", "topics"?, "positions"?,
+"positions_version"?}`` + records (``epochs``: the (epoch, start) pairs that start in the
+shipped range; ``committed``: the group's durable end with SYNC replication, else 0;
+``positions`` with ``topics``, and whenever the follower's copy misses an operator's change),
+or a refusal
 (``{"ok": false, "code", "error"}``). A fetch naming another epoch than this leader's is
 refused: a stale leader ships nothing to a follower that knows a newer one, and a follower
 never appends from one that is not its epoch's leader.
@@ -30,6 +35,7 @@ import asyncio
 import heapq
 import json
 import logging
+import secrets
 import struct
 import time
 from collections.abc import Callable
@@ -41,6 +47,7 @@ from txmq.broker.leadership.election import BELOW_CONFIRMED, InSync, sort_key
 from txmq.broker.leadership.preferred import Phase, counts
 from txmq.broker.leadership.runner import Leadership
 from txmq.broker.replication.acked_end import KeptEnd
+from txmq.broker.replication.positions_version import PositionsVersion, not_confirmed
 from txmq.broker.rpc.json_channel import int_arg
 from txmq.broker.rpc.waiters import wait, wake
 from txmq.broker.topics.registry import TopicRegistry
@@ -108,6 +115,10 @@ class Replication:
         # so a fetch wakes only the acks it satisfies (not every waiting one, every time).
         self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
         self._acks_made = 0
+        # Operator verbs that changed the positions, and what each follower wrote of them;
+        # the verbs waiting for their followers, woken all at once by a report or a new set.
+        self.versions = PositionsVersion(secrets.token_hex(8))
+        self._verbs: list[asyncio.Future[None]] = []
         # With SYNC replication readers see a record only once min_insync replicas have it,
         # from the end known to be acknowledged when the store opened (ADR 0005).
         self.hold = Hold(store) if min_insync > 1 else None
@@ -187,6 +198,7 @@ class Replication:
                 log.info("in-sync set of epoch %d stored: %s", self.epoch, members)
             self.insync.stored = set(target)
             self._wake_acks(self.leadership.clock())
+            self._wake_verbs()
 
     def _confirmed_of(self, members: set[Member]) -> Confirmed | None:
         """What each of ``members`` (and this leader) holds, with the epoch of its last
@@ -285,13 +297,55 @@ class Replication:
             self.leadership.committed = max(self.leadership.committed, end)
             self.insync.acked = max(self.insync.acked, end)
 
+    async def confirm_positions(self, time_left_s: float | None = None) -> None:
+        """Return once every follower of the stored in-sync set wrote the consumer positions
+        as they are now (an operator verb changed them: admin/service.py); with ASYNC
+        replication at once. ``time_left_s`` bounds the wait as for ``acknowledge``.
+
+        Raises:
+            NotLeaderError: this replica no longer leads (the change stands here only).
+            ReplicationTimeoutError: some did not confirm in time; the message names them and
+                says the change is applied on this leader.
+        """
+        if self.min_insync <= 1 or self.positions is None:
+            return
+        version = self.versions.bump()
+        self._wake_fetchers()  # parked fetches return at once, carrying the positions
+        waited_s = ack_wait_s(time_left_s)
+        deadline = time.monotonic() + waited_s
+        loop = asyncio.get_running_loop()
+        while missing := self._positions_missing(version):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                me = self.leadership.election.me
+                bound = _bound(waited_s, time_left_s)
+                raise ReplicationTimeoutError(not_confirmed(me, missing, waited_s, bound))
+            done: asyncio.Future[None] = loop.create_future()
+            self._verbs.append(done)
+            # A report or a newly stored set resolves ``done`` (_wake_verbs); else look again
+            # after the recheck period: a follower gone quiet may leave the set meanwhile.
+            await wait(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
+            self._store_set(self.leadership.clock())
+        self._check_leading()
+
+    def _positions_missing(self, version: int) -> list[str]:
+        """The followers of the stored in-sync set that did not write ``version``, and how
+        many more in-sync replicas the set lacks."""
+        stored = self.insync.stored or set()
+        out = self.versions.missing({m[0] for m in stored}, version)
+        short = self.min_insync - 1 - len(stored)
+        return [*out, f"{short} more in-sync replica(s)"] if short > 0 else out
+
+    def _wake_verbs(self) -> None:
+        verbs, self._verbs = self._verbs, []
+        for f in verbs:
+            wake(f)
+
     def _not_confirmed(self, end: int, waited_s: float, time_left_s: float | None) -> str:
         """Why a write up to ``end`` is refused: which replicas do not hold it."""
         now = self.leadership.clock()
         missing = self.insync.missing(end, self.min_insync, now)
-        bound = "the call's deadline" if time_left_s is not None and waited_s < (
-            limits.REPLICA_ACK_TIMEOUT_MS / 1000
-        ) else "the replication timeout"  # fmt: skip
+        bound = _bound(waited_s, time_left_s)
         return (
             f"not confirmed by {self.min_insync} replicas within {waited_s * 1000:.0f} ms"
             f" ({bound}): missing on {', '.join(missing) or 'none'} (offset {end}; in sync:"
@@ -329,6 +383,8 @@ class Replication:
                 " lost records): out of the in-sync set until it caught up and is stored again",
                 name, incarnation,
             )  # fmt: skip
+        if self.versions.report(name, args.get("positions_written")):
+            self._wake_verbs()
         self._store_set(now)
         if name == self.preferred:
             self._preferred_fetched(start, now)
@@ -342,7 +398,7 @@ class Replication:
             elif few:
                 self.hold.release(up_to)  # a few queue entries: cheaper than a thread hop
         self._wake_acks(now)
-        await self._wait_written(start)
+        await self._wait_written(start, name)
         committed = self._committed() if self.hold is not None else 0
         end = written_out_end(self.store)
         if end - start <= limits.REPLICA_INLINE_SHIP_BYTES:
@@ -359,8 +415,9 @@ class Replication:
         }
         if args.get("topics"):
             header["topics"] = [definition(info) for info in self.topics.list()]
-            if self.positions is not None:
-                header["positions"] = json.loads(self.positions())
+        if self.positions is not None and (args.get("topics") or self.versions.behind(name)):
+            header["positions_version"] = self.versions.stamp()  # read before the snapshot
+            header["positions"] = json.loads(self.positions())
         self.fetches_answered += 1
         return header, shipment.data
 
@@ -384,12 +441,13 @@ class Replication:
         history = [list(p) for p in self.epochs.history]
         return {"ok": True, "epochs": history, "end": written_out_end(self.store)}
 
-    async def _wait_written(self, start: int) -> None:
-        """Long poll: return once the log is written out past ``start``, or after
+    async def _wait_written(self, start: int, name: str) -> None:
+        """Long poll: return once the log is written out past ``start``, or an operator
+        changed the positions that follower ``name`` has not written, or after
         REPLICA_FETCH_WAIT_MS (then the fetch is answered empty). The waiter is registered
         before the check, with no await between: the flusher, which moves the end before it
-        looks for waiters (``__init__``'s ``wake``), cannot miss it."""
-        if written_out_end(self.store) > start:
+        looks for waiters (``__init__``'s ``wake``), cannot miss it, nor can a verb."""
+        if written_out_end(self.store) > start or self.versions.behind(name):
             return
         deadline = time.monotonic() + limits.REPLICA_FETCH_WAIT_MS / 1000
         loop = asyncio.get_running_loop()
@@ -398,7 +456,7 @@ class Replication:
             woken: asyncio.Future[None] = loop.create_future()
             self._fetchers.append(woken)
             try:
-                if written_out_end(self.store) > start or left <= 0:
+                if written_out_end(self.store) > start or self.versions.behind(name) or left <= 0:
                     return
                 await wait(woken, left)
             finally:
@@ -439,6 +497,12 @@ class Replication:
         if stored is None:
             return self.insync.members(now_ms)
         return sorted({m[0] for m in stored if self.insync.current(m)})
+
+
+def _bound(waited_s: float, time_left_s: float | None) -> str:
+    """What ended a wait of ``waited_s`` (``ack_wait_s``), for a refusal's message."""
+    by_call = time_left_s is not None and waited_s < limits.REPLICA_ACK_TIMEOUT_MS / 1000
+    return "the call's deadline" if by_call else "the replication timeout"
 
 
 def ack_wait_s(time_left_s: float | None) -> float:

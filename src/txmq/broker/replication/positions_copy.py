@@ -1,7 +1,8 @@
 """A follower's copy of its leader's consumer positions (ADR 0006, "consumer positions").
 
 Owns: the positions file in a follower's data directory, the one its full broker reads if it is
-promoted: written from what the leader ships with a fetch about once a second (``offer``), cut
+promoted: written from what the leader ships with a fetch about once a second, and with the
+next fetch after an operator changed them (``offer``; positions_version.py), cut
 to what this replica's queues hold then (``clamp_positions``), and cut again to the queues as
 they are when the follower closes (``settle``). Why again: a copy cut while the follower was
 catching up (its queues short of the leader's) would otherwise stand until the next shipment,
