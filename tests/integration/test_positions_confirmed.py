@@ -8,7 +8,7 @@ min_insync_replicas 2: the stored set cannot drop it) makes the verb answer the 
 timeout status within the call's deadline, naming the follower and saying the change is applied
 on the leader; the CLI shows that as one ``txmq:`` line with exit 1. In a group of 3 with
 min_insync_replicas 2 the stored set drops the paused follower first, and the verb answers OK
-once it did.
+once it did. With ``--async`` (min_insync_replicas 1) the reset answers at once, as before.
 Method: real broker processes through a real etcd; the unmodified official Python client
 acknowledges every message first, and the test waits until the follower's copy of the positions
 holds those acks (else a follower with no copy at all would start the group from the earliest
@@ -49,11 +49,13 @@ def copied_acks(b: BrokerProcess, group: str) -> dict[int, int]:
     return {int(r["queue"]): int(r["ack"]) for r in rows if r["group"] == group}
 
 
-def consumed(tmp_path: Path, etcd: str, name: str, n: int = 2) -> list[BrokerProcess]:
-    """A SYNC replica group ``name`` of ``n`` (min_insync 2) whose topic ``t`` group ``c`` has
-    read and acknowledged to the end, and whose followers' copies hold those acks."""
+def consumed(
+    tmp_path: Path, etcd: str, name: str, n: int = 2, insync: int = 2
+) -> list[BrokerProcess]:
+    """A replica group ``name`` of ``n`` (min_insync ``insync``) whose topic ``t`` group ``c``
+    has read and acknowledged to the end, and whose followers' copies hold those acks."""
     names = tuple(f"{name}{i}" for i in range(n))
-    group = replica_group(tmp_path, etcd, name, names, 2)
+    group = replica_group(tmp_path, etcd, name, names, insync)
     leader, _ = leader_of(group)
     followers = [b for b in group if b is not leader]
     every = sorted(b.port for b in group)
@@ -166,5 +168,23 @@ def test_in_a_group_of_three_the_stored_set_drops_a_paused_follower_and_the_rese
         assert set(copied_acks(other, "c").values()) == {0}  # the member it waited for
         in_sync = status(leader.endpoints)["in_sync"]
         assert isinstance(in_sync, list) and paused.data_dir.name not in in_sync, in_sync
+    finally:
+        stop_all(group)
+
+
+def test_with_async_replication_a_reset_does_not_wait_for_a_paused_follower(
+    tmp_path: Path,
+    etcd_endpoint: str,  # noqa: F811
+) -> None:
+    group = consumed(tmp_path, etcd_endpoint, "pca", insync=1)
+    try:
+        leader, follower = leader_of(group)
+        assert follower.proc is not None
+        follower.proc.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        call(leader.endpoints, "GroupReset", {"group": "c", "topic": "t", "to": "earliest"})
+        took_s = time.monotonic() - started
+        assert took_s < 1, took_s  # the leader alone, as before (nothing waits 5 s)
+        assert set(acked_to(leader.endpoints, "c").values()) == {0}
     finally:
         stop_all(group)

@@ -326,7 +326,13 @@ class Replication:
             # after the recheck period: a follower gone quiet may leave the set meanwhile.
             await wait(done, min(left, limits.REPLICA_ACK_RECHECK_MS / 1000))
             self._store_set(self.leadership.clock())
-        self._check_leading()
+        try:
+            self._check_leading()  # a lease that lapsed while we waited: not answered OK
+        except NotLeaderError as exc:
+            raise NotLeaderError(
+                f"{exc}; the change of consumer positions is applied on this replica and on"
+                " the followers it led"
+            ) from exc
 
     def _positions_missing(self, version: int) -> list[str]:
         """The followers of the stored in-sync set that did not write ``version``, and how
