@@ -56,6 +56,15 @@ def consumed(
     has read and acknowledged to the end, and whose followers' copies hold those acks."""
     names = tuple(f"{name}{i}" for i in range(n))
     group = replica_group(tmp_path, etcd, name, names, insync)
+    try:
+        read_to_the_end(group)
+    except BaseException:
+        stop_all(group)  # the test's own ``finally`` is not reached
+        raise
+    return group
+
+
+def read_to_the_end(group: list[BrokerProcess]) -> None:
     leader, _ = leader_of(group)
     followers = [b for b in group if b is not leader]
     every = sorted(b.port for b in group)
@@ -76,7 +85,6 @@ def consumed(
 
     wait_until(copied, 20, "the followers' copies of the acks")
     assert sum(copied_acks(leader, "c").values()) == MESSAGES
-    return group
 
 
 def stop_all(group: list[BrokerProcess]) -> None:
