@@ -74,6 +74,12 @@ def postgres_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def mariadb_bin() -> dict[str, Path]:
+    """MariaDB's programs: "server" (``mariadbd``), "install_db", "client" (``mariadb``)."""
+    return tools.install_mariadb()
+
+
+@pytest.fixture(scope="session")
 def java_runtime() -> Path:
     """The ``java`` a Spark session runs (Java 17+)."""
     return tools.install_java()
@@ -81,7 +87,7 @@ def java_runtime() -> Path:
 
 @pytest.fixture(scope="session")
 def jdbc_jars() -> dict[str, Path]:
-    """Database name ("postgresql", "sqlite") -> its JDBC driver jar."""
+    """Database name ("postgresql", "sqlite", "mariadb") -> its JDBC driver jar."""
     return tools.install_jdbc_jars()
 
 

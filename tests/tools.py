@@ -7,7 +7,10 @@ fixture in tests/conftest.py, never left behind by another test for later ones t
   ``playwright install`` downloads);
 - ``etcd_binary``: Debian's ``etcd-server``;
 - ``postgres_bin``: Debian's ``postgresql`` (its ``initdb`` and ``pg_ctl``);
-- ``jdbc_jars``: Debian's JDBC drivers for PostgreSQL and SQLite (``txmq audit``'s Spark);
+- ``mariadb_bin``: Debian's MariaDB server and client programs (``mariadb-server-core``,
+  ``mariadb-client-core``: the programs without the system service, which tests never use);
+- ``jdbc_jars``: Debian's JDBC drivers for PostgreSQL, SQLite and MariaDB (``txmq audit``'s
+  Spark);
 - ``java_runtime``: a Java 17+ for Spark (JAVA_HOME's or PATH's, else Debian's
   ``openjdk-17-jre-headless``).
 
@@ -40,8 +43,15 @@ CHROMIUM = Path("/usr/bin/chromium")
 JDBC_JARS = {
     "postgresql": Path("/usr/share/java/postgresql.jar"),
     "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
+    "mariadb": Path("/usr/share/java/mariadb-java-client.jar"),
 }
-JDBC_PACKAGES = ("libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java")
+JDBC_PACKAGES = ("libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java", "libmariadb-java")
+MARIADB_PACKAGES = "mariadb-server-core mariadb-client-core"
+MARIADB_PROGRAMS = {
+    "server": Path("/usr/sbin/mariadbd"),
+    "install_db": Path("/usr/bin/mariadb-install-db"),
+    "client": Path("/usr/bin/mariadb"),
+}
 JAVA_PACKAGE = "openjdk-17-jre-headless"
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15, 14, 13))
 
@@ -125,6 +135,13 @@ def install_postgres() -> Path:
     """The directory holding PostgreSQL's server programs (``initdb``, ``pg_ctl``)."""
     apt_install("postgresql", lambda: postgres_bin_dir() is not None, "initdb and pg_ctl")
     return Path(str(postgres_bin_dir()))
+
+
+def install_mariadb() -> dict[str, Path]:
+    """MariaDB's programs: "server" (``mariadbd``), "install_db", "client" (``mariadb``)."""
+    there = lambda: all(p.is_file() for p in MARIADB_PROGRAMS.values())  # noqa: E731
+    apt_install(MARIADB_PACKAGES, there, "mariadbd, mariadb-install-db and mariadb")
+    return dict(MARIADB_PROGRAMS)
 
 
 def install_jdbc_jars() -> dict[str, Path]:

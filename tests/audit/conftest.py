@@ -5,7 +5,8 @@ about a second), with Debian's JDBC driver jars from the session's ``jdbc_jars``
 module; and a runner for the command.
 
 The Connect server is the PySpark wheel's own (``spark-submit --class ...SparkConnectServer``),
-with both drivers on its classpath, UTC as its JVM's zone and this interpreter as its Python
+with Debian's drivers on its classpath (``connect_server`` starts one with the jars asked for,
+or none), UTC as its JVM's zone and this interpreter as its Python
 workers' (they run the txmq source).
 """
 
@@ -19,7 +20,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,15 +53,14 @@ def _accepts(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture(scope="module")
-def spark_connect(
-    jdbc_jars: dict[str, Path], java_runtime: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """A Spark Connect server's sc:// URL, for the module."""
+@contextmanager
+def connect_server(jars: Sequence[Path], work: Path) -> Iterator[str]:
+    """A Spark Connect server with ``jars`` on its classpath (none: a client must upload its
+    driver with ``--jars``); yields its sc:// URL, and stops it on exit."""
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    work, port = tmp_path_factory.mktemp("spark-connect"), free_port()
+    port = free_port()
     cmd = [
         str(submit),
         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
@@ -68,7 +69,7 @@ def spark_connect(
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.shuffle.partitions=4",
         "--conf", "spark.sql.session.timeZone=UTC",
-        "--jars", ",".join(str(p) for p in jdbc_jars.values()),
+        *(["--jars", ",".join(str(p) for p in jars)] if jars else []),
         "spark-internal",
     ]  # fmt: skip
     log = (work / "server.log").open("w")
@@ -92,6 +93,15 @@ def spark_connect(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def spark_connect(
+    jdbc_jars: dict[str, Path], java_runtime: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A Spark Connect server's sc:// URL, for the module."""
+    with connect_server(list(jdbc_jars.values()), tmp_path_factory.mktemp("spark-connect")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

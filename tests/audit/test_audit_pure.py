@@ -108,6 +108,27 @@ def test_jdbc_drivers_and_jars(tmp_path: Path) -> None:
     assert exit_code_for(bad.value) == EXIT_USAGE
 
 
+def test_mysql_family_connections_set_utc_and_quoting(tmp_path: Path) -> None:
+    """Each connection of a MariaDB or MySQL URL asks for UTC (TIMESTAMP columns come in the
+    session's zone); Spark has no dialect for jdbc:mariadb and quotes columns "so": such a
+    connection turns on ANSI_QUOTES (tests/audit/test_audit_mariadb.py: against a server)."""
+    (tmp_path / "mariadb-java-client.jar").write_bytes(b"jar")
+    maria = jdbc("jdbc:mariadb://h:3306/db?user=u", "orders", system_jars=tmp_path)
+    assert maria.driver == "org.mariadb.jdbc.Driver"
+    assert maria.jars == (tmp_path / "mariadb-java-client.jar",)
+    assert "ANSI_QUOTES" in maria.session_init and "@@SESSION.sql_mode" in maria.session_init
+    assert "time_zone = '+00:00'" in maria.session_init  # TIMESTAMP columns arrive in UTC
+    # jdbc:mysql has Spark's MySQL dialect (backticks): only the zone is set.
+    mysql = jdbc(
+        "jdbc:mysql://h/db", "t", driver="org.mariadb.jdbc.Driver",
+        jars=str(tmp_path / "mariadb-java-client.jar"), system_jars=tmp_path,
+    )  # fmt: skip
+    assert mysql.driver == "org.mariadb.jdbc.Driver"
+    assert mysql.session_init == "SET SESSION time_zone = '+00:00'"
+    for url in ("jdbc:postgresql://h/db", "jdbc:sqlite:/x.db"):
+        assert jdbc(url, "t", local_files=False, system_jars=tmp_path).session_init == ""
+
+
 def test_spec_bounds(tmp_path: Path) -> None:
     (tmp_path / "postgresql.jar").write_bytes(b"jar")
     where = jdbc("jdbc:postgresql://h/db", "t", system_jars=tmp_path)

@@ -182,6 +182,19 @@ DRIVERS: Final = {
     "mysql": ("com.mysql.cj.jdbc.Driver", ("mysql-connector-j.jar",), ""),
 }
 SYSTEM_JARS: Final = Path("/usr/share/java")
+# What each JDBC connection runs before Spark's queries, by sub-protocol. MariaDB and MySQL
+# send a TIMESTAMP column in the session's time zone, the server's own by default, and the
+# driver reads that text in the JVM's zone (UTC: session.py): the session is set to UTC too.
+# And Spark quotes column names "like this" unless it has a dialect for the URL: it has one
+# for jdbc:mysql (backticks) but none for jdbc:mariadb, whose server reads "col" as a string
+# literal (every row's key would be the text 'order_id'): such a connection turns on
+# ANSI_QUOTES, keeping its other modes.
+_UTC_SESSION: Final = "SET SESSION time_zone = '+00:00'"
+SESSION_INIT: Final = {
+    "mysql": _UTC_SESSION,
+    "mariadb": f"{_UTC_SESSION}, SESSION sql_mode = "
+    "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'ANSI_QUOTES')",
+}
 _URL_RE: Final = re.compile(r"^jdbc:([a-z0-9]+):\S+$")
 
 
@@ -197,6 +210,11 @@ class Jdbc:
     @property
     def subprotocol(self) -> str:
         return self.url.split(":", 2)[1]
+
+    @property
+    def session_init(self) -> str:
+        """The statement each JDBC connection runs before Spark's queries ("": none)."""
+        return SESSION_INIT.get(self.subprotocol, "")
 
     @property
     def shown_url(self) -> str:

@@ -1,8 +1,9 @@
 """Reading the audited table through Spark's JDBC source, as the rows input of reckon.py.
 
-Owns: opening the table (an error from its driver, a missing key or time column: bad input),
-choosing the time column when the window needs one and none was named, turning that column
-into a timestamp (a timestamp or date column as is; a number as ms, or s, since the epoch; text
+Owns: opening the table (each connection first running its URL's session statement, from
+spec.py; an error from its driver, a missing key or time column: bad input), choosing the
+time column when the window needs one and none was named, turning that column into a
+timestamp (a timestamp or date column as is; a number as ms, or s, since the epoch; text
 parsed as an ISO time), and reading only the window plus grace when there is one, split into
 partitions on the time column so executors read in parallel. Must not: collect rows.
 """
@@ -27,6 +28,8 @@ def jdbc_reader(spark: Any, spec: AuditSpec) -> Any:
         .option("dbtable", jdbc.table)
         .option("fetchsize", str(limits.AUDIT_JDBC_FETCH_ROWS))
     )
+    if jdbc.session_init:
+        reader = reader.option("sessionInitStatement", jdbc.session_init)
     return reader.option("driver", jdbc.driver) if jdbc.driver else reader
 
 
