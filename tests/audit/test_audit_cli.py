@@ -62,6 +62,8 @@ def test_bad_input_exits_2_before_spark(audit_broker: BrokerProcess, tmp_path: P
         ([*ok, "--topic", "t", "--since", "2026-12-02", "--until", "2026-12-01", *ep], "before"),
         ([*ok, "--topic", "never-made", *ep], "never-made"),
         ([*ok, "--topic", "t", "--master", "local[1]", "--remote", "sc://h:1", *ep], "not both"),
+        # Over Spark Connect the jars are uploaded from here: they must be here.
+        ([*ok, "--topic", "t", "--remote", "sc://h:1", "--jars", "/no/x.jar", *ep], "--jars"),
         (
             ["--jdbc-url", missing, "--table", "t", "--key", "k", "--topic", "t", *ep],
             "no SQLite database",

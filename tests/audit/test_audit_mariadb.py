@@ -10,7 +10,8 @@ org.mariadb.jdbc.Driver`` (Spark's MySQL dialect, backticks). And a ``TIMESTAMP`
 server whose zone is not UTC (it sends TIMESTAMPs in the session's zone: the audit sets the
 session to UTC) windows the same as the ``DATETIME`` one, under both schemes. Without either
 setting the counts are wrong, not an error: every key read as the text 'order_id', or every
-TIMESTAMP row 5 hours off and out of the window.
+TIMESTAMP row 5 hours off and out of the window. Once more in the command's own ``local[*]``
+session, with Debian's driver found by itself.
 Method: a throwaway MariaDB (tests/mariadb.py) with a password user over TCP, the command in a
 child process, every count checked.
 """
@@ -90,3 +91,19 @@ def test_mariadb_every_kind_counted_with_jars_uploaded(
         check_result(got)  # 'old-lost' is outside the window: never counted
         assert PASSWORD not in r.stdout, scheme
         assert "password=***" in got["source"]["jdbc_url"], scheme
+
+
+def test_mariadb_local_mode(
+    mariadb: MariaDB, audit_broker: BrokerProcess, jdbc_jars: dict[str, Path]
+) -> None:
+    """The command's own ``local[*]`` session, Debian's driver found by itself (``spark.jars``)."""
+    now = datetime.now(UTC)
+    _plant_table(mariadb, "orders_local", "TIMESTAMP", now)
+    plant_messages(audit_broker.endpoints, "audit-maria-local")
+    r = run_audit(
+        "--jdbc-url", mariadb.jdbc_url(), "--table", "orders_local", "--key", "order_id",
+        "--topic", "audit-maria-local", "--since", "30m", "--endpoints", audit_broker.endpoints,
+        "--json",
+    )  # fmt: skip
+    assert r.code == 1, r.explain()
+    check_result(r.json)

@@ -96,9 +96,12 @@ def test_jdbc_drivers_and_jars(tmp_path: Path) -> None:
         jdbc("jdbc:oracle:thin:@h:1521:x", "t", system_jars=tmp_path)
     odd = jdbc("jdbc:oracle:thin:@h", "t", driver="oracle.jdbc.OracleDriver", jars=str(own))
     assert odd.driver == "oracle.jdbc.OracleDriver" and odd.jars == (own,)
-    # Spark Connect: the server has the drivers and the files; nothing is checked here.
+    # Spark Connect: the server has the files (and may have the drivers): only --jars, which
+    # are uploaded from here, must be here.
     remote = jdbc("jdbc:sqlite:/nowhere.db", "t", local_files=False, system_jars=tmp_path)
     assert remote.jars == () and remote.driver == "org.sqlite.JDBC"
+    with pytest.raises(AuditInputError, match="--jars: no file /no/such"):  # uploaded from here
+        jdbc("jdbc:mysql://h/db", "t", jars="/no/such.jar", local_files=False)
     with pytest.raises(AuditInputError, match="no SQLite database at /nowhere"):
         jdbc("jdbc:sqlite:/nowhere.db", "t", jars=str(own), system_jars=tmp_path)
     secret = jdbc("jdbc:postgresql://u:pw@h/db?password=pw&x=1", "t", system_jars=tmp_path)

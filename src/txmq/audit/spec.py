@@ -235,7 +235,8 @@ def jdbc(
     jars are ``jars`` (comma-separated paths) plus Debian's jar for it when installed.
 
     ``local_files`` says the JVM runs here (not ``--remote``): then a driver jar must be found
-    and an SQLite file must exist (its driver would create an empty one instead)."""
+    and an SQLite file must exist (its driver would create an empty one instead). A jar of
+    ``jars`` must exist here either way: over Spark Connect it is uploaded from here."""
     found = _URL_RE.match(url.strip())
     if found is None:
         raise AuditInputError(f"--jdbc-url must look like jdbc:postgresql://HOST/DB, got {url!r}")
@@ -245,7 +246,7 @@ def jdbc(
     known = DRIVERS.get(sub)
     given = tuple(Path(p.strip()) for p in jars.split(",") if p.strip())
     for path in given:
-        if local_files and not path.is_file():
+        if not path.is_file():
             raise AuditInputError(f"--jars: no file {path}")
     if not driver and known is None:
         raise AuditInputError(
