@@ -223,6 +223,10 @@ def test_a_plaintext_group_replicates_on_the_wire(tmp_path: Path, etcd_endpoint:
         leader, follower = leader_of(group)
         wait_until(lambda: status(follower.endpoints).get("role") == "follower", 20, "a follower")
         assert isinstance(status(leader.endpoints).get("wire_port"), int)
+        # The follower asks its leader for the wire port once it leads (a round after a
+        # refused fetch) and within WIRE_ASK_AGAIN_S of it publishing the port.
+        on_wire = lambda: status(follower.endpoints).get("fetching_on") == "wire"  # noqa: E731
+        wait_until(on_wire, 10, "the follower fetching on the wire")
         create_topic(leader, follower, "wire-t")
         p = producer(leader.endpoints, ("wire-t",))
         try:  # each acknowledged with SYNC 2 of 2: on the follower, shipped on the wire

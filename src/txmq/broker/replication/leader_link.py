@@ -138,12 +138,17 @@ class LeaderLink:
             self.failures.failed(f"Status of {endpoint}: {exc.code()}; fetching on Follow")
             return
         try:
-            port = channels.split(reply, "Status")[0].get("wire_port")
+            doc = channels.split(reply, "Status")[0]
         except RemoteProtocolError as exc:
             log.warning("Status of %s unreadable (%s): fetching on Follow", endpoint, exc)
             return
+        port = doc.get("wire_port")
         if isinstance(port, int) and port > 0:
             self._wire = WireLink(endpoint.rpartition(":")[0].strip("[]"), port)
+        elif doc.get("role") != "leader":
+            # Asked before it leads (etcd named it a moment before it took over): its fetch
+            # refuses this round, and the next round asks again rather than WIRE_ASK_AGAIN_S on.
+            self._wire = _ASK
 
     async def _wire_round(self, endpoint: str, wire: WireLink, body: bytes) -> bytes | None:
         """One round on the wire; None (logged; after a pause unless the leader closed it) on
