@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.postgres import free_port
+from tests.ports import accepts, free_port
 
 MARIADB_TIMEOUT_S = 120
 USER, PASSWORD, DATABASE = "txmq", "txmq-secret-1", "txmq"
@@ -51,12 +50,6 @@ class MariaDB:
         return f"jdbc:{scheme}://127.0.0.1:{self.port}/{DATABASE}?user={USER}&password={PASSWORD}"
 
 
-def _accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 @contextmanager
 def mariadb_server(programs: dict[str, Path]) -> Iterator[MariaDB]:
     """A running server (the ``mariadb_bin`` fixture's programs); stopped and deleted on exit."""
@@ -77,7 +70,7 @@ def mariadb_server(programs: dict[str, Path]) -> Iterator[MariaDB]:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + MARIADB_TIMEOUT_S
-        while not (sock.exists() and _accepts(port)):
+        while not (sock.exists() and accepts(port)):
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             assert proc.poll() is None, f"mariadbd exited:\n{tail}"
             assert time.monotonic() < deadline, f"mariadbd not up:\n{tail}"

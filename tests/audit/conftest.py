@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import ROOT, BrokerProcess
-from tests.postgres import free_port
+from tests.ports import accepts, free_port
 
 if importlib.util.find_spec("pyspark") is None:
     collect_ignore_glob = ["test_audit_[!p]*.py"]
@@ -45,12 +44,6 @@ def _spark_env() -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
     )
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextmanager
@@ -79,7 +72,7 @@ def connect_server(jars: Sequence[Path], work: Path) -> Iterator[str]:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + CONNECT_START_S
-        while not _accepts(port):
+        while not accepts(port):
             tail = (work / "server.log").read_text(errors="replace")[-2000:]
             assert proc.poll() is None, f"Spark Connect server exited:\n{tail}"
             assert time.monotonic() < deadline, f"Spark Connect server not up:\n{tail}"

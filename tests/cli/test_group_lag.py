@@ -11,7 +11,6 @@ consuming the rest brings the first group to 0.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 from collections.abc import Callable
@@ -21,14 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.cli.test_cli import ok
 from tests.integration import clients
 from tests.integration.conftest import FAST, BrokerProcess
+from tests.ports import free_port
 
 DEADLINE_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scraped_lag(metrics_port: int, group: str) -> float | None:

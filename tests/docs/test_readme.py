@@ -18,7 +18,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.readme_blocks import README, Block, Ports, blocks
+from tests.ports import accepts
 
 SERVER_READY_S = 240.0
 STOP_S = 30.0
@@ -86,7 +86,7 @@ class Reader:
         self.servers.append((proc, log))
         wanted = [self.ports.port(p) for p in block.server_ports]
         deadline = time.monotonic() + SERVER_READY_S
-        while not all(_accepts(p) for p in wanted):
+        while not all(accepts(p) for p in wanted):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(
                     f"README server in '{block.section}' not ready on {wanted} "
@@ -119,12 +119,6 @@ class Reader:
             else:
                 outputs.append(self.run(block, timeout_s))
         return outputs
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _kill_group_leftovers(pgid: int) -> None:

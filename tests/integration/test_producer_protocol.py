@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import time
 import urllib.request
@@ -27,6 +26,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from tests.integration.clients import message, producer
 from tests.integration.conftest import FAST, BrokerProcess
+from tests.ports import free_port
 from txmq import errors, limits
 
 TIMEOUT_S = 15
@@ -281,14 +281,8 @@ def test_telemetry_without_client_id_is_refused(broker: BrokerProcess, stub: Any
     assert [r.status.code for r in replies] == [pb.CLIENT_ID_REQUIRED]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_metrics_endpoint_and_clean_shutdown(tmp_path: Path) -> None:
-    port = _free_port()  # prometheus_client cannot report a port it picked itself
+    port = free_port()  # prometheus_client cannot report a port it picked itself
     b = BrokerProcess(tmp_path / "m", [*FAST, "--metrics-port", str(port)])
     b.start()
     try:

@@ -10,13 +10,13 @@ read and write through ``format("txmq")``, match error text with pytest.raises.
 from __future__ import annotations
 
 import re
-import socket
 import time
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import BrokerProcess
+from tests.ports import free_port
 from tests.spark.conftest import produce
 from txmq.spark.client import BrokerClient, build_message
 from txmq.spark.source import TxmqDataSource
@@ -131,12 +131,6 @@ def test_batch_write_is_applied_once_per_batch_id(spark_broker: BrokerProcess, s
     assert queries == ["job", "spark-batch"], "each row names the sink and batch that wrote it"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -170,7 +164,7 @@ def test_read_option_errors(
 def test_unreachable_broker_is_a_clear_error(spark: Any) -> None:
     from pyspark.errors import PySparkException
 
-    ep = f"127.0.0.1:{_free_port()}"
+    ep = f"127.0.0.1:{free_port()}"
     with pytest.raises(PySparkException, match=f"broker at {ep} is unreachable"):
         spark.read.format("txmq").option("endpoints", ep).option("topic", "x").load().count()
 
