@@ -19,7 +19,7 @@ from txmq import limits
 from txmq.cli.admin_commands import endpoints_option, group
 from txmq.cli.tables import Col, json_option, show
 from txmq.client.admin import call, delete_group, members
-from txmq.client.verbs import reset_target, said
+from txmq.client.verbs import failed_members, reset_target, said
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 
 
@@ -65,8 +65,7 @@ def group_reset(
     cols += [Col(h, justify="right") for h in ("old", "new", "in flight dropped")]
     verb = "would move" if dry_run else "moved"
     show(f"group {name} on {topic} {verb} to {said(args)}", cols, rows, r, as_json)
-    if r.get("failed"):
-        failed = "; ".join(f"{b}: {why}" for b, why in sorted(r["failed"].items()))
+    if failed := failed_members(r):
         raise TxmqError(
             f"the reset was not made on {failed}; the others moved: run the same reset again"
         )
@@ -174,8 +173,7 @@ def group_delete(name: str, force: bool, dry_run: bool, endpoints: str, as_json:
     verb = "would delete" if dry_run else "deleted"
     title = f"group {name} {verb}: {len(rows)} queue positions"
     show(f"{title}; {r['dlq']} kept ({kept} dead letters)", cols, rows, r, as_json)
-    if r.get("failed"):
-        failed = "; ".join(f"{b}: {why}" for b, why in sorted(r["failed"].items()))
+    if failed := failed_members(r):
         raise TxmqError(
             f"the group was not deleted on {failed}; the others deleted it: run the same "
             "delete again"

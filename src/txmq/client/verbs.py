@@ -1,7 +1,8 @@
-"""What the front ends (the CLI, the dashboard) share about the operator verbs' input.
+"""What the front ends (the CLI, the dashboard) share about the operator verbs.
 
 Owns: reading a reset target (``--to``, the dashboard's "to" field) into the GroupReset
-request's fields, and saying it back in words. Pure.
+request's fields, and saying it back in words; naming the members a cluster-wide verb failed
+on. Pure.
 Must not: call a broker.
 """
 
@@ -53,3 +54,10 @@ def said(target: dict[str, Any]) -> str:
     if target["to"] == "offset":
         return f"offset {target['offset']}"
     return str(target["to"])
+
+
+def failed_members(reply: Any) -> str:
+    """The members a cluster-wide verb (GroupReset, GroupDelete) failed on, from its reply's
+    ``failed``, as "b1: why; b2: why" by name; "" when it failed on none."""
+    failed = reply.get("failed") if isinstance(reply, dict) else None
+    return "; ".join(f"{b}: {why}" for b, why in sorted(failed.items())) if failed else ""

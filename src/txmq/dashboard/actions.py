@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from txmq import limits
-from txmq.client.verbs import reset_target, said
+from txmq.client.verbs import failed_members, reset_target, said
 from txmq.dashboard.link import Credentials
 from txmq.dashboard.pages import render_body
 from txmq.dashboard.sessions import SessionsFullError
@@ -248,7 +248,9 @@ async def group_reset(ui: Ui, request: Request) -> Response:
         call=("GroupReset", args),
         done="group-reset",
         context=context,
-        unfinished=_not_everywhere,
+        unfinished=_not_everywhere(
+            "The reset was not made", "The other brokers moved: reset again."
+        ),
     )
 
 
@@ -346,24 +348,21 @@ async def group_delete(ui: Ui, request: Request) -> Response:
         call=("GroupDelete", args),
         done="group-deleted",
         context=context,
-        unfinished=_not_deleted_everywhere,
+        unfinished=_not_everywhere(
+            "The group was not deleted", "The other brokers deleted it: delete again."
+        ),
     )
 
 
-def _not_deleted_everywhere(reply: Any) -> str | None:
-    failed = reply.get("failed") if isinstance(reply, dict) else None
-    if not failed:
-        return None
-    where = "; ".join(f"{b}: {why}" for b, why in sorted(failed.items()))
-    return f"The group was not deleted on {where}. The other brokers deleted it: delete again."
+def _not_everywhere(undone: str, redo: str) -> Callable[[Any], str | None]:
+    """The ``unfinished`` check of a verb every member carries out: None when none failed,
+    else "{undone} on <the members and why>. {redo}"."""
 
+    def unfinished(reply: Any) -> str | None:
+        where = failed_members(reply)
+        return f"{undone} on {where}. {redo}" if where else None
 
-def _not_everywhere(reply: Any) -> str | None:
-    failed = reply.get("failed") if isinstance(reply, dict) else None
-    if not failed:
-        return None
-    where = "; ".join(f"{b}: {why}" for b, why in sorted(failed.items()))
-    return f"The reset was not made on {where}. The other brokers moved: reset again."
+    return unfinished
 
 
 def _login_page(ui: Ui, request: Request, *, status: int = 200, error: str = "") -> Response:
