@@ -453,7 +453,11 @@ class Replication:
         REPLICA_FETCH_WAIT_MS (then the fetch is answered empty). The waiter is registered
         before the check, with no await between: the flusher, which moves the end before it
         looks for waiters (``__init__``'s ``wake``), cannot miss it, nor can a verb."""
-        if written_out_end(self.store) > start or self.versions.behind(name):
+
+        def ready() -> bool:
+            return written_out_end(self.store) > start or self.versions.behind(name)
+
+        if ready():
             return
         deadline = time.monotonic() + limits.REPLICA_FETCH_WAIT_MS / 1000
         loop = asyncio.get_running_loop()
@@ -462,7 +466,7 @@ class Replication:
             woken: asyncio.Future[None] = loop.create_future()
             self._fetchers.append(woken)
             try:
-                if written_out_end(self.store) > start or self.versions.behind(name) or left <= 0:
+                if ready() or left <= 0:
                     return
                 await wait(woken, left)
             finally:
